@@ -1,0 +1,225 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// OutboxStore is the base outbox contract: entries waiting to be emitted to
+// an external provider, managed by the host. Its completions are not
+// outcome-aware: they answer the entry and an error. Hosts that run several
+// workers should use ClaimStore, whose claim methods say whether this call
+// applied the transition.
+//
+// The methods without a now stamp UpdatedAt from the store's clock option;
+// decisions never depend on it.
+type OutboxStore interface {
+	// Enqueue adds an entry for env. The entry ID is derived from
+	// env.IdempotencyKey (see OutboxEntryIDFor), so the same key always
+	// names the same entry: the same envelope again answers
+	// OutcomeRepeated, a different one under the same key
+	// OutcomeConflict, and neither writes anything.
+	Enqueue(ctx context.Context, env Envelope) (OutboxResult, error)
+
+	// Save writes the mutable fields of entry (Status, Attempts,
+	// NextAttemptAt, LastError, Result, DeadLetterReason) when
+	// entry.Version equals the stored Version, and returns the stored
+	// entry. A stale Version, or an entry that already ended, answers
+	// ErrConflict; an unknown ID ErrNotFound.
+	Save(ctx context.Context, entry OutboxEntry) (OutboxEntry, error)
+
+	// FindByID returns one entry in any status, or ErrNotFound.
+	FindByID(ctx context.Context, id OutboxEntryID) (OutboxEntry, error)
+
+	// FindPending returns up to limit Pending entries, oldest first
+	// (CreatedAt, then ID), claimed or not.
+	FindPending(ctx context.Context, limit int) ([]OutboxEntry, error)
+
+	// FindRetryReady returns up to limit RetryScheduled or Deferred entries
+	// whose NextAttemptAt is at or before now, earliest first (then ID).
+	FindRetryReady(ctx context.Context, now time.Time, limit int) ([]OutboxEntry, error)
+
+	// MarkDelivered ends the entry as Delivered with result, ignoring any
+	// claim. An entry already Delivered is returned unchanged; one that
+	// ended otherwise answers ErrConflict; an unknown ID ErrNotFound.
+	MarkDelivered(ctx context.Context, id OutboxEntryID, result EmissionResult) (OutboxEntry, error)
+
+	// MarkFailed records a failed emission: RetryScheduled at nextRetry,
+	// or Failed for good when nextRetry is nil. A nextRetry in the past
+	// means due now; a zero one is ErrInvalid. Errors as MarkDelivered.
+	MarkFailed(ctx context.Context, id OutboxEntryID, emissionErr EmissionError, nextRetry *time.Time) (OutboxEntry, error)
+
+	// MarkDeadLettered ends the entry as DeadLettered with reason.
+	// Errors as MarkDelivered.
+	MarkDeadLettered(ctx context.Context, id OutboxEntryID, emissionErr EmissionError, reason string) (OutboxEntry, error)
+}
+
+// ClaimStore is the opt-in, outcome-aware outbox contract for scaled
+// workers: a worker claims entries with a token before emitting them, then
+// completes them under that token.
+//
+// Claims reduce duplicate selection among cooperating workers; they do not
+// make provider delivery exactly-once. A worker that stalls past its claim
+// can still be emitting when another worker claims the entry again, so
+// providers should deduplicate on (Claim.EntryID, Claim.Seq) or on the
+// envelope's idempotency key.
+//
+// Completions need only the current claim token, not an unexpired claim:
+// they carry no now, and stores never read the clock for a decision. An
+// expired claim that nobody took over can still complete its entry.
+// Outcomes, first match wins: NotFound, Ended (also for a stale token on a
+// terminal entry), LeaseLost, Repeated, then Applied.
+type ClaimStore interface {
+	OutboxStore
+
+	// ClaimPending claims up to req.Limit Pending entries that are
+	// unclaimed or whose claim expired at req.Now, oldest first (CreatedAt,
+	// then ID), each under a new token until req.Now+req.LeaseDuration.
+	// Each claim counts an attempt.
+	ClaimPending(ctx context.Context, req ClaimRequest) ([]ClaimedEntry, error)
+
+	// ClaimRetryReady claims like ClaimPending, from RetryScheduled and
+	// Deferred entries whose NextAttemptAt has come, earliest first.
+	ClaimRetryReady(ctx context.Context, req ClaimRequest) ([]ClaimedEntry, error)
+
+	// MarkClaimDelivered ends the claimed entry as Delivered.
+	MarkClaimDelivered(ctx context.Context, claim Claim, result EmissionResult) (OutboxResult, error)
+
+	// MarkClaimFailed records a failed emission under the claim:
+	// RetryScheduled at nextRetry, or Failed when nextRetry is nil.
+	MarkClaimFailed(ctx context.Context, claim Claim, emissionErr EmissionError, nextRetry *time.Time) (OutboxResult, error)
+
+	// MarkClaimDeadLettered ends the claimed entry as DeadLettered.
+	MarkClaimDeadLettered(ctx context.Context, claim Claim, emissionErr EmissionError, reason string) (OutboxResult, error)
+
+	// ReleaseClaim gives the claim back without changing the entry's
+	// status and without counting the attempt. reason is free text for
+	// logs; it is not stored.
+	ReleaseClaim(ctx context.Context, claim Claim, reason string) (OutboxResult, error)
+
+	// SaveClaim writes a provider-directed transition (for example
+	// Deferred with a NextAttemptAt) from entry's mutable fields, except
+	// Attempts, and ends the claim. entry.Version is not checked: the
+	// claim token is the guard.
+	SaveClaim(ctx context.Context, claim Claim, entry OutboxEntry) (OutboxResult, error)
+}
+
+// OutboxBatchEnqueuer is implemented by outbox stores that can enqueue many
+// entries in one durable write. Detect it with a type assertion. Like
+// BatchEnqueuer it is atomic for errors and answers one result per envelope.
+type OutboxBatchEnqueuer interface {
+	EnqueueBatch(ctx context.Context, envs []Envelope) ([]OutboxResult, error)
+}
+
+// OutboxEntryID identifies an outbox entry.
+type OutboxEntryID string
+
+// Envelope is what is emitted to a provider.
+type Envelope struct {
+	Provider string
+	Kind     string
+	// Payload is opaque bytes; nil and empty are the same content.
+	Payload []byte
+	// IdempotencyKey names the emission; it also fixes the entry ID.
+	IdempotencyKey string
+}
+
+// OutboxStatus is the status of an outbox entry.
+type OutboxStatus string
+
+// Outbox statuses. Pending, RetryScheduled and Deferred are open;
+// Delivered, Failed and DeadLettered are terminal.
+const (
+	OutboxStatusPending        OutboxStatus = "pending"
+	OutboxStatusRetryScheduled OutboxStatus = "retry_scheduled"
+	OutboxStatusDeferred       OutboxStatus = "deferred"
+	OutboxStatusDelivered      OutboxStatus = "delivered"
+	OutboxStatusFailed         OutboxStatus = "failed"
+	OutboxStatusDeadLettered   OutboxStatus = "dead_lettered"
+)
+
+// OutboxStatuses lists every status, open ones first.
+var OutboxStatuses = []OutboxStatus{
+	OutboxStatusPending, OutboxStatusRetryScheduled, OutboxStatusDeferred,
+	OutboxStatusDelivered, OutboxStatusFailed, OutboxStatusDeadLettered,
+}
+
+// Valid reports whether s is a known status.
+func (s OutboxStatus) Valid() bool {
+	switch s {
+	case OutboxStatusPending, OutboxStatusRetryScheduled, OutboxStatusDeferred,
+		OutboxStatusDelivered, OutboxStatusFailed, OutboxStatusDeadLettered:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether s is an end status.
+func (s OutboxStatus) Terminal() bool {
+	return s == OutboxStatusDelivered || s == OutboxStatusFailed || s == OutboxStatusDeadLettered
+}
+
+// Scheduled reports whether s waits for NextAttemptAt.
+func (s OutboxStatus) Scheduled() bool {
+	return s == OutboxStatusRetryScheduled || s == OutboxStatusDeferred
+}
+
+// EmissionError describes a failed emission.
+type EmissionError struct {
+	// Code is the provider's or host's short error code; may be empty.
+	Code string
+	// Message is free text (valid UTF-8, no NUL, at most 4 KiB).
+	Message string
+}
+
+// EmissionResult describes a successful emission.
+type EmissionResult struct {
+	// ProviderRef is the provider's reference for the emission; may be empty.
+	ProviderRef string
+	Detail      string
+}
+
+// ClaimRequest asks for a batch of claims.
+type ClaimRequest struct {
+	// Worker names the claiming worker.
+	Worker string
+	// Now is the caller's time; claims expire at Now+LeaseDuration.
+	Now           time.Time
+	LeaseDuration time.Duration
+	// Limit is 1 to MaxLimit.
+	Limit int
+}
+
+// OutboxEntry is one emission and everything that happened to it.
+// Terminal entries keep every field: Result for Delivered, LastError for
+// Failed, LastError and DeadLetterReason for DeadLettered.
+//
+// All times are UTC with microsecond precision.
+type OutboxEntry struct {
+	ID       OutboxEntryID
+	Envelope Envelope
+	Status   OutboxStatus
+	// Attempts counts emission attempts: claims granted, less those given
+	// back by ReleaseClaim, plus base completions made without a claim.
+	Attempts int
+	// NextAttemptAt is when a RetryScheduled or Deferred entry is due;
+	// zero otherwise.
+	NextAttemptAt    time.Time
+	LastError        *EmissionError
+	Result           *EmissionResult
+	DeadLetterReason string
+	// ClaimSeq is the sequence number of the latest claim (0: never claimed).
+	ClaimSeq int64
+	// Claim is the claim in force; nil when unclaimed. A claim stays on an
+	// open entry after it expires, until the entry is claimed again or
+	// completed.
+	Claim *Claim
+	// EndedClaim is how the latest claim ended while the entry stayed open.
+	EndedClaim *EndedGrant
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	// EndedAt is set exactly when Status is terminal.
+	EndedAt time.Time
+	// Version grows by one with every write; Save checks it.
+	Version int64
+}

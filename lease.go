@@ -1,0 +1,162 @@
+package ledger
+
+import (
+	"crypto/rand"
+	"time"
+)
+
+// Owner names who holds a delivery lease: a host agent and the incarnation
+// of it that is running now. A host that restarts is a new incarnation of
+// the same agent, and leasing under a new incarnation takes back the leases
+// of the agent's other incarnations (see Ledger.Lease).
+type Owner struct {
+	// Agent is the stable name of the host agent.
+	Agent string
+	// Incarnation names one run of the agent (for example a boot ID).
+	Incarnation string
+}
+
+// String returns "agent/incarnation", for logs.
+func (o Owner) String() string { return o.Agent + "/" + o.Incarnation }
+
+// Token is the secret part of a lease or claim. It comes from a
+// cryptographic random source, so it cannot be guessed from an ID, a time or
+// another token; only the caller that was granted it can act on the lease.
+type Token string
+
+// NewToken returns a fresh random token (128 bits, base32 text). Stores call
+// it once per grant; the state machine takes the token as an argument so that
+// it stays a pure function.
+func NewToken() Token { return Token(rand.Text()) }
+
+// Lease is an exclusive, expiring hold on one delivery.
+//
+// A lease is valid on the half-open interval [GrantedAt, ExpiresAt): at
+// now == ExpiresAt it has expired. Seq is the delivery's lease sequence
+// number, one more with every grant, so any two leases of one delivery are
+// ordered and a late call made under an earlier grant never lands on a later
+// one. Stores check both Token and Seq on every lease-bearing call.
+//
+// The caller's clock is trusted: a worker whose clock runs slow keeps acting
+// on an expired lease until someone else takes the delivery. The token, the
+// sequence number and the processing fence are the hard guards, not time.
+type Lease struct {
+	DeliveryID DeliveryID
+	Owner      Owner
+	Token      Token
+	Seq        int64
+	GrantedAt  time.Time
+	ExpiresAt  time.Time
+}
+
+// ExpiredAt reports whether the lease has run out at now.
+func (l Lease) ExpiredAt(now time.Time) bool { return !now.Before(l.ExpiresAt) }
+
+// sameGrant reports whether other is the same grant as l.
+func (l Lease) sameGrant(other Lease) bool {
+	return l.Token == other.Token && l.Seq == other.Seq && l.DeliveryID == other.DeliveryID
+}
+
+// Claim is an exclusive, expiring hold on one outbox entry, taken by a
+// worker before it emits the entry to its provider.
+//
+// Like a Lease it carries a random Token and the entry's claim sequence
+// number Seq. Providers should use the pair (EntryID, Seq) as their own
+// idempotency key: claims reduce duplicate selection among cooperating
+// workers, but they do not make provider delivery exactly-once. A worker
+// that stalls past ExpiresAt can still be emitting when another worker
+// claims the entry again.
+type Claim struct {
+	EntryID   OutboxEntryID
+	Worker    string
+	Token     Token
+	Seq       int64
+	ClaimedAt time.Time
+	ExpiresAt time.Time
+}
+
+// ExpiredAt reports whether the claim has run out at now.
+func (c Claim) ExpiredAt(now time.Time) bool { return !now.Before(c.ExpiresAt) }
+
+func (c Claim) sameGrant(other Claim) bool {
+	return c.Token == other.Token && c.Seq == other.Seq && c.EntryID == other.EntryID
+}
+
+// Operation names a call of either contract. Records remember the operation
+// that ended their last lease or claim, so that a repeated call can be told
+// apart from a stale one.
+type Operation string
+
+// The operations of both contracts.
+const (
+	OpEnqueue          Operation = "enqueue"
+	OpLease            Operation = "lease"
+	OpAcknowledge      Operation = "acknowledge"
+	OpMarkProcessed    Operation = "mark_processed"
+	OpRecordActivation Operation = "record_activation"
+	OpMarkFailed       Operation = "mark_failed"
+	OpRelease          Operation = "release"
+	OpExpire           Operation = "expire"
+	OpAbandon          Operation = "abandon"
+	OpExpireCeremony   Operation = "expire_ceremony"
+	OpSupersede        Operation = "supersede"
+	OpReclaim          Operation = "reclaim" // incarnation rule
+
+	OpSave             Operation = "save"
+	OpMarkDelivered    Operation = "mark_delivered"
+	OpMarkDeadLettered Operation = "mark_dead_lettered"
+	OpClaim            Operation = "claim"
+	OpReleaseClaim     Operation = "release_claim"
+	OpSaveClaim        Operation = "save_claim"
+)
+
+// Valid reports whether op is one of the operations above.
+func (op Operation) Valid() bool {
+	switch op {
+	case OpEnqueue, OpLease, OpAcknowledge, OpMarkProcessed, OpRecordActivation,
+		OpMarkFailed, OpRelease, OpExpire, OpAbandon, OpExpireCeremony, OpSupersede,
+		OpReclaim, OpSave, OpMarkDelivered, OpMarkDeadLettered, OpClaim,
+		OpReleaseClaim, OpSaveClaim:
+		return true
+	}
+	return false
+}
+
+// EndedGrant remembers how a record's most recent lease or claim ended while
+// the record stays open, so that a call repeated under that grant answers
+// OutcomeRepeated instead of OutcomeLeaseLost. The next grant clears it.
+type EndedGrant struct {
+	Token Token
+	Seq   int64
+	// Op is the operation that ended the grant.
+	Op Operation
+	At time.Time
+}
+
+// matches reports whether the grant (token, seq) is the one that ended, by op.
+func (e *EndedGrant) matches(token Token, seq int64, op Operation) bool {
+	return e != nil && e.Token == token && e.Seq == seq && e.Op == op
+}
+
+// Time bounds. Every time crossing the API is normalised to UTC and
+// truncated to the microsecond (PostgreSQL's precision) and must lie in
+// [MinTime, MaxTime], the range in which Unix nanoseconds fit an int64, so
+// that adding any accepted duration can never overflow.
+var (
+	MinTime = time.Unix(0, 0).UTC()
+	MaxTime = time.Unix(0, 1<<63-1).UTC().Truncate(time.Microsecond)
+)
+
+// Normalize returns t in UTC, truncated to the microsecond. Both stores
+// apply it at the API boundary, before any comparison or write.
+func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Limits on durations accepted by the API.
+const (
+	// MaxLeaseDuration bounds a lease or claim duration. Long-running work
+	// should renew its lease rather than take a week-long one.
+	MaxLeaseDuration = 7 * 24 * time.Hour
+	// MaxPolicyDuration bounds the backoff and acknowledgement window of a
+	// retry policy.
+	MaxPolicyDuration = 365 * 24 * time.Hour
+)

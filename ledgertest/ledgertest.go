@@ -1,0 +1,65 @@
+// Package ledgertest is the public conformance suite for ledger stores.
+//
+// Every implementation of ledger.Ledger runs TestLedger and every
+// implementation of ledger.ClaimStore runs TestClaimStore, in the way
+// testing/fstest.TestFS serves every fs.FS:
+//
+//	func TestConformance(t *testing.T) {
+//		ledgertest.TestLedger(t, func(t *testing.T) ledger.Ledger { return memstore.New() })
+//	}
+//
+// Subtests are named after the rule they check (Enqueue/SameContentIsRepeated).
+// There are no capability flags: a store passes the whole suite or it does
+// not conform. Time moves only by passing later now values computed from a
+// fixed t0; nothing sleeps. Invariant checkers return errors so that the
+// suite can itself be tested against deliberately broken stores.
+package ledgertest
+
+import (
+	"testing"
+
+	"github.com/leaseledger/ledger"
+)
+
+// NewLedgerFunc returns a fresh, empty ledger for one test and registers
+// its own cleanup with t.
+type NewLedgerFunc func(t *testing.T) ledger.Ledger
+
+// NewClaimStoreFunc returns a fresh, empty claim store for one test and
+// registers its own cleanup with t.
+type NewClaimStoreFunc func(t *testing.T) ledger.ClaimStore
+
+// TestLedger runs the delivery ledger conformance suite against the ledgers
+// newLedger returns.
+func TestLedger(t *testing.T, newLedger NewLedgerFunc) {
+	t.Helper()
+	for _, g := range ledgerGroups {
+		t.Run(g.name, func(t *testing.T) { g.run(t, newLedger) })
+	}
+}
+
+// TestClaimStore runs the outbox and claim conformance suite against the
+// stores newStore returns.
+func TestClaimStore(t *testing.T, newStore NewClaimStoreFunc) {
+	t.Helper()
+	for _, g := range claimGroups {
+		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
+	}
+}
+
+// ledgerGroups lists the operation groups of TestLedger, one file each.
+var ledgerGroups = []struct {
+	name string
+	run  func(*testing.T, NewLedgerFunc)
+}{
+	// Filled in by the files of this package, one line per group, e.g.
+	// {"Enqueue", testEnqueue},
+}
+
+// claimGroups lists the operation groups of TestClaimStore, one file each.
+var claimGroups = []struct {
+	name string
+	run  func(*testing.T, NewClaimStoreFunc)
+}{
+	// e.g. {"ClaimPending", testClaimPending},
+}

@@ -1,0 +1,417 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Input limits. Every exported entry point of every store checks its
+// arguments with the Validate functions below before touching storage; a
+// rejected call returns an *InvalidError (errors.Is(err, ErrInvalid)) naming
+// the field, and writes nothing.
+const (
+	// MaxNameBytes bounds IDs, targets, ceremonies, agents, incarnations,
+	// cause kinds, action refs, workers, providers and kinds.
+	MaxNameBytes = 255
+	// MaxTextBytes bounds free text: reasons, details, observations.
+	MaxTextBytes = 4 << 10
+	// DefaultMaxPayload is the default payload limit; stores make it
+	// configurable.
+	DefaultMaxPayload = 1 << 20
+	// MaxLimit bounds every limit, page size and batch length.
+	MaxLimit = 1000
+)
+
+// ValidateName checks an identifier-like value: 1 to MaxNameBytes bytes of
+// valid UTF-8 with no control characters.
+func ValidateName(field, s string) error {
+	switch {
+	case s == "":
+		return invalid(field, "must not be empty")
+	case len(s) > MaxNameBytes:
+		return invalid(field, "must be at most %d bytes, got %d", MaxNameBytes, len(s))
+	case !utf8.ValidString(s):
+		return invalid(field, "must be valid UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return invalid(field, "must not contain control characters")
+	}
+	return nil
+}
+
+// validateOptionalName is ValidateName for a value that may be empty.
+func validateOptionalName(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	return ValidateName(field, s)
+}
+
+// ValidateText checks free text: valid UTF-8, no NUL, at most MaxTextBytes.
+func ValidateText(field, s string) error {
+	switch {
+	case len(s) > MaxTextBytes:
+		return invalid(field, "must be at most %d bytes, got %d", MaxTextBytes, len(s))
+	case !utf8.ValidString(s):
+		return invalid(field, "must be valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return invalid(field, "must not contain NUL bytes")
+	}
+	return nil
+}
+
+// ValidateTime checks a required time: not zero, within [MinTime, MaxTime].
+func ValidateTime(field string, t time.Time) error {
+	switch {
+	case t.IsZero():
+		return invalid(field, "must not be zero")
+	case t.Before(MinTime) || t.After(MaxTime):
+		return invalid(field, "must be between %s and %s", MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// ValidateDuration checks a lease or claim duration: at least a
+// microsecond, at most MaxLeaseDuration.
+func ValidateDuration(field string, d time.Duration) error {
+	if d < time.Microsecond {
+		return invalid(field, "must be positive (at least 1µs)")
+	}
+	if d > MaxLeaseDuration {
+		return invalid(field, "must be at most %s", MaxLeaseDuration)
+	}
+	return nil
+}
+
+// ValidateLimit checks a limit or page size: 1 to MaxLimit.
+func ValidateLimit(field string, n int) error {
+	if n < 1 || n > MaxLimit {
+		return invalid(field, "must be between 1 and %d, got %d", MaxLimit, n)
+	}
+	return nil
+}
+
+// ValidatePayload checks a payload against a store's limit.
+func ValidatePayload(field string, p []byte, maxBytes int) error {
+	if len(p) > maxBytes {
+		return invalid(field, "must be at most %d bytes, got %d", maxBytes, len(p))
+	}
+	return nil
+}
+
+// ValidateContext rejects a nil context, which would otherwise panic deep
+// inside a store.
+func ValidateContext(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("context", "must not be nil")
+	}
+	return nil
+}
+
+// ValidateOwner checks both halves of an owner; an empty owner can never
+// match or bypass an owner check.
+func ValidateOwner(o Owner) error {
+	if err := ValidateName("owner agent", o.Agent); err != nil {
+		return err
+	}
+	return ValidateName("owner incarnation", o.Incarnation)
+}
+
+// ValidateLeaseArg checks a lease passed back to a lease-bearing call.
+func ValidateLeaseArg(l Lease) error {
+	if err := ValidateName("lease delivery id", string(l.DeliveryID)); err != nil {
+		return err
+	}
+	if err := ValidateName("lease token", string(l.Token)); err != nil {
+		return err
+	}
+	if l.Seq < 1 {
+		return invalid("lease seq", "must be positive")
+	}
+	return nil
+}
+
+// ValidateClaimArg checks a claim passed back to a claim completion.
+func ValidateClaimArg(c Claim) error {
+	if err := ValidateName("claim entry id", string(c.EntryID)); err != nil {
+		return err
+	}
+	if err := ValidateName("claim token", string(c.Token)); err != nil {
+		return err
+	}
+	if c.Seq < 1 {
+		return invalid("claim seq", "must be positive")
+	}
+	return nil
+}
+
+// ValidateCause checks an expiry cause.
+func ValidateCause(c Cause) error {
+	if err := ValidateName("cause kind", string(c.Kind)); err != nil {
+		return err
+	}
+	return ValidateText("cause detail", c.Detail)
+}
+
+// ValidateEnqueue checks an EnqueueRequest against a store's payload limit.
+func ValidateEnqueue(req EnqueueRequest, now time.Time, maxPayload int) error {
+	return first(
+		ValidateName("id", string(req.ID)),
+		ValidateName("target", string(req.Target)),
+		validateOptionalName("ceremony", string(req.Ceremony)),
+		ValidatePayload("payload", req.Payload, maxPayload),
+		req.Policy.Validate("policy"),
+		optionalTime("available at", req.AvailableAt),
+		ValidateTime("now", now),
+	)
+}
+
+// ValidateEnqueueBatch checks a batch: 1 to MaxLimit requests, each valid.
+func ValidateEnqueueBatch(reqs []EnqueueRequest, now time.Time, maxPayload int) error {
+	if err := ValidateLimit("batch length", len(reqs)); err != nil {
+		return err
+	}
+	for _, r := range reqs {
+		if err := ValidateEnqueue(r, now, maxPayload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateLease checks the arguments of Ledger.Lease.
+func ValidateLease(filter LeaseFilter, owner Owner, now time.Time, duration time.Duration, limit int) error {
+	return first(
+		validateTargets("filter targets", filter.Targets),
+		validateOptionalName("filter ceremony", string(filter.Ceremony)),
+		ValidateOwner(owner),
+		ValidateTime("now", now),
+		ValidateDuration("lease duration", duration),
+		ValidateLimit("limit", limit),
+	)
+}
+
+// ValidateAcknowledge checks the arguments of Ledger.Acknowledge.
+func ValidateAcknowledge(lease Lease, observation string, now time.Time) error {
+	return first(ValidateLeaseArg(lease), ValidateText("observation", observation), ValidateTime("now", now))
+}
+
+// ValidateMarkProcessed checks the arguments of Ledger.MarkProcessed.
+func ValidateMarkProcessed(id DeliveryID, owner Owner, fence *Fence, action ActionRef, now time.Time) error {
+	var fenceErr error
+	if fence != nil && *fence < 0 {
+		fenceErr = invalid("fence", "must not be negative")
+	}
+	return first(
+		ValidateName("id", string(id)),
+		ValidateOwner(owner),
+		fenceErr,
+		ValidateName("action", string(action)),
+		ValidateTime("now", now),
+	)
+}
+
+// ValidateRecordActivation checks the arguments of Ledger.RecordActivation.
+func ValidateRecordActivation(id DeliveryID, a Activation, now time.Time) error {
+	var resultErr error
+	if !a.Result.Valid() {
+		resultErr = invalid("activation result", "unknown value %q", a.Result)
+	}
+	return first(ValidateName("id", string(id)), resultErr, ValidateText("activation detail", a.Detail), ValidateTime("now", now))
+}
+
+// ValidateMarkFailed checks the arguments of Ledger.MarkFailed.
+func ValidateMarkFailed(lease Lease, reason FailureReason, now time.Time) error {
+	return first(ValidateLeaseArg(lease), ValidateText("failure message", reason.Message), ValidateTime("now", now))
+}
+
+// ValidateRelease checks the arguments of Ledger.Release.
+func ValidateRelease(lease Lease, now time.Time) error {
+	return first(ValidateLeaseArg(lease), ValidateTime("now", now))
+}
+
+// ValidateAbandon checks the arguments of Ledger.Abandon.
+func ValidateAbandon(id DeliveryID, cause Cause, now time.Time) error {
+	return first(ValidateName("id", string(id)), ValidateCause(cause), ValidateTime("now", now))
+}
+
+// ValidateExpireCeremony checks the arguments of Ledger.ExpireCeremony.
+func ValidateExpireCeremony(ceremony CeremonyID, cause Cause, now time.Time) error {
+	return first(ValidateName("ceremony", string(ceremony)), ValidateCause(cause), ValidateTime("now", now))
+}
+
+// ValidateSupersede checks the arguments of Ledger.Supersede.
+func ValidateSupersede(previous, replacement Target, mode FollowMode, now time.Time) error {
+	var err error
+	switch {
+	case !mode.Valid():
+		err = invalid("follow mode", "unknown value %q", mode)
+	case previous == replacement:
+		err = invalid("replacement", "must differ from the previous target")
+	}
+	return first(
+		ValidateName("previous", string(previous)),
+		ValidateName("replacement", string(replacement)),
+		err,
+		ValidateTime("now", now),
+	)
+}
+
+// ValidateList checks a ListQuery and returns the ID its cursor points
+// after ("" for the first page).
+func ValidateList(q ListQuery) (after DeliveryID, err error) {
+	for _, s := range q.States {
+		if !s.Valid() {
+			return "", invalid("states", "unknown state %q", s)
+		}
+	}
+	if err := first(
+		validateTargets("targets", q.Targets),
+		validateOptionalName("ceremony", string(q.Ceremony)),
+		ValidateLimit("limit", q.Limit),
+	); err != nil {
+		return "", err
+	}
+	return DecodeCursor(q.Cursor)
+}
+
+// ValidateEnvelope checks an outbox envelope against a store's payload limit.
+func ValidateEnvelope(env Envelope, maxPayload int) error {
+	return first(
+		ValidateName("provider", env.Provider),
+		ValidateName("kind", env.Kind),
+		ValidatePayload("payload", env.Payload, maxPayload),
+		ValidateName("idempotency key", env.IdempotencyKey),
+	)
+}
+
+// ValidateEnvelopeBatch checks a batch of envelopes: 1 to MaxLimit, each valid.
+func ValidateEnvelopeBatch(envs []Envelope, maxPayload int) error {
+	if err := ValidateLimit("batch length", len(envs)); err != nil {
+		return err
+	}
+	for _, e := range envs {
+		if err := ValidateEnvelope(e, maxPayload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateEmissionError checks an emission error.
+func ValidateEmissionError(e EmissionError) error {
+	return first(validateOptionalName("error code", e.Code), ValidateText("error message", e.Message))
+}
+
+// ValidateEmissionResult checks an emission result.
+func ValidateEmissionResult(r EmissionResult) error {
+	return first(validateOptionalName("result provider ref", r.ProviderRef), ValidateText("result detail", r.Detail))
+}
+
+// ValidateNextRetry checks MarkFailed's nextRetry: nil (no retry) or a
+// valid time; a past time is allowed and means due now.
+func ValidateNextRetry(next *time.Time) error {
+	if next == nil {
+		return nil
+	}
+	return ValidateTime("next retry", *next)
+}
+
+// ValidateSave checks the entry given to Save or SaveClaim.
+func ValidateSave(e OutboxEntry) error {
+	var statusErr, nextErr error
+	if !e.Status.Valid() {
+		statusErr = invalid("status", "unknown value %q", e.Status)
+	} else if e.Status.Scheduled() {
+		nextErr = ValidateTime("next attempt at", e.NextAttemptAt)
+	}
+	var attemptsErr, versionErr error
+	if e.Attempts < 0 {
+		attemptsErr = invalid("attempts", "must not be negative")
+	}
+	if e.Version < 1 {
+		versionErr = invalid("version", "must be positive")
+	}
+	var errErr, resErr error
+	if e.LastError != nil {
+		errErr = ValidateEmissionError(*e.LastError)
+	}
+	if e.Result != nil {
+		resErr = ValidateEmissionResult(*e.Result)
+	}
+	return first(
+		ValidateName("id", string(e.ID)),
+		statusErr, nextErr, attemptsErr, versionErr, errErr, resErr,
+		ValidateText("dead letter reason", e.DeadLetterReason),
+	)
+}
+
+// ValidateClaimRequest checks a ClaimRequest.
+func ValidateClaimRequest(req ClaimRequest) error {
+	return first(
+		ValidateName("worker", req.Worker),
+		ValidateTime("now", req.Now),
+		ValidateDuration("lease duration", req.LeaseDuration),
+		ValidateLimit("limit", req.Limit),
+	)
+}
+
+func validateTargets(field string, ts []Target) error {
+	if len(ts) > MaxLimit {
+		return invalid(field, "must list at most %d targets", MaxLimit)
+	}
+	for _, t := range ts {
+		if err := ValidateName(field, string(t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func optionalTime(field string, t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	return ValidateTime(field, t)
+}
+
+// first returns the first non-nil error, so every store names the same
+// field first for the same bad call.
+func first(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const cursorPrefix = "c1:"
+
+// EncodeCursor returns the opaque List cursor that resumes after id.
+func EncodeCursor(after DeliveryID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + string(after)))
+}
+
+// DecodeCursor returns the ID a List cursor resumes after; "" for an empty
+// cursor. A cursor not made by EncodeCursor is ErrInvalid.
+func DecodeCursor(cursor string) (DeliveryID, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	if len(cursor) > 2*MaxNameBytes {
+		return "", invalid("cursor", "malformed")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) {
+		return "", invalid("cursor", "malformed")
+	}
+	id := strings.TrimPrefix(string(raw), cursorPrefix)
+	if ValidateName("cursor", id) != nil {
+		return "", invalid("cursor", "malformed")
+	}
+	return DeliveryID(id), nil
+}
