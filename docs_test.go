@@ -60,7 +60,10 @@ func deliveryTable(t *testing.T) string {
 			g, _ := d.Grant(ownerB, "t", late, time.Minute)
 			return cell(OutcomeApplied, "", string(g.State))
 		}},
-		{"Acknowledge", func(d Delivery) string { g, o := d.Acknowledge(lease, "", now); return cell(o, string(d.State), string(g.State)) }},
+		{"Acknowledge", func(d Delivery) string {
+			g, o := d.Acknowledge(lease, "", now)
+			return cell(o, string(d.State), string(g.State))
+		}},
 		{"MarkProcessed", func(d Delivery) string {
 			g, o := d.MarkProcessed(ownerA, nil, nil, "act-1", now)
 			return cell(o, string(d.State), string(g.State))
@@ -73,7 +76,10 @@ func deliveryTable(t *testing.T) string {
 			g, o := d.MarkFailed(lease, FailureReason{}, now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"Release", func(d Delivery) string { g, o := d.Release(lease, now); return cell(o, string(d.State), string(g.State)) }},
+		{"Release", func(d Delivery) string {
+			g, o := d.Release(lease, now)
+			return cell(o, string(d.State), string(g.State))
+		}},
 		{"Expire (after deadlines)", func(d Delivery) string {
 			g, changed := d.Expire(late)
 			if !changed {
