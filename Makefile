@@ -1,0 +1,33 @@
+# Run `make help` for the list of targets. Database tests start a throwaway
+# PostgreSQL cluster from local server binaries (see internal/pgcluster) or
+# use LEDGER_TEST_DATABASE_URL; with CI=true a missing database fails the run.
+
+GO ?= go
+
+.DEFAULT_GOAL := help
+
+.PHONY: help test test/short bench lint demo chaos
+
+help: ## List targets with their descriptions
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+test: ## Vet, then run all tests with the race detector
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test/short: ## Run the quick tests only (-short)
+	$(GO) test -short ./...
+
+bench: ## Run all benchmarks (no tests) with allocation stats
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: ## Fail if any file needs gofmt, then go vet
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+demo: ## Run the fleet demo (cmd/ledgerdemo) on the in-memory store
+	$(GO) run ./cmd/ledgerdemo
+
+chaos: ## Run the fault-injection (Chaos*) tests with the race detector
+	$(GO) test -race -count=1 -run Chaos ./...

@@ -1,0 +1,186 @@
+// Package pgtest gives test binaries a PostgreSQL database: one throwaway
+// cluster per test binary (or an external server named by
+// LEDGER_TEST_DATABASE_URL), a pool per test, and a unique schema per test.
+//
+// Usage:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+//	func TestX(t *testing.T) {
+//		pool := pgtest.Pool(t)
+//		schema := pgtest.Schema(t, pool)
+//		...
+//	}
+//
+// Without server binaries, database tests are skipped, except under CI=true,
+// where a missing database is a broken build and fails loudly instead.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leaseledger/ledger/internal/pgcluster"
+)
+
+// EnvDatabaseURL names the environment variable that points tests at an
+// existing server instead of a throwaway cluster.
+const EnvDatabaseURL = "LEDGER_TEST_DATABASE_URL"
+
+// alternative completes pgcluster.ErrNoServer's advice on what to install.
+const alternative = "or set " + EnvDatabaseURL + " to an existing server"
+
+// harness is the one database per test binary. It is package-level state,
+// which this repository otherwise avoids, because TestMain cannot pass values
+// to tests any other way; it lives only in this internal test helper.
+var harness struct {
+	mu         sync.Mutex
+	mainCalled bool
+	skip       string // non-empty: tests skip with this reason
+	dsn        string // set once known (external URL or started cluster)
+	startErr   error  // sticky: a failed start fails every test that asks
+	cluster    *pgcluster.Cluster
+}
+
+// ci reports whether we run under CI, where skipping database tests would
+// silently hide a broken environment.
+func ci() bool {
+	v, _ := strconv.ParseBool(os.Getenv("CI"))
+	return v
+}
+
+// Main runs the tests of a package and exits; call it from TestMain. The
+// cluster is started lazily on the first DSN/Pool call, so test binaries
+// (or -run selections, or -short runs) that never touch the database pay
+// nothing; it is stopped after m.Run whatever the outcome.
+func Main(m *testing.M) {
+	harness.mu.Lock()
+	harness.mainCalled = true
+	if url := os.Getenv(EnvDatabaseURL); url != "" {
+		harness.dsn = url
+	} else if _, err := pgcluster.Find(); err != nil {
+		if ci() {
+			fmt.Fprintf(os.Stderr, "pgtest: CI=true requires a database: %v; %s\n", err, alternative)
+			os.Exit(1)
+		}
+		harness.skip = fmt.Sprintf("no database: %v; %s", err, alternative)
+	}
+	harness.mu.Unlock()
+
+	code := m.Run()
+
+	harness.mu.Lock()
+	if c := harness.cluster; c != nil {
+		// A stop problem is reported but does not change the tests' verdict:
+		// the directory is swept by the next run anyway.
+		if err := c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stopping cluster: %v\n", err)
+		}
+	}
+	harness.mu.Unlock()
+	os.Exit(code)
+}
+
+// dsn returns the database URL, starting the cluster on first use.
+func dsn() (url, skip string, err error) {
+	harness.mu.Lock()
+	defer harness.mu.Unlock()
+	switch {
+	case !harness.mainCalled:
+		return "", "", errors.New("pgtest: add `func TestMain(m *testing.M) { pgtest.Main(m) }` to this package")
+	case harness.skip != "":
+		return "", harness.skip, nil
+	case harness.dsn != "" || harness.startErr != nil:
+		return harness.dsn, "", harness.startErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := pgcluster.Options{Fast: true}
+	if testing.Verbose() {
+		opts.Logf = func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}
+	}
+	c, err := pgcluster.Start(ctx, opts)
+	if err != nil {
+		harness.startErr = fmt.Errorf("pgtest: starting PostgreSQL: %w", err)
+		return "", "", harness.startErr
+	}
+	harness.cluster = c
+	harness.dsn = c.DSN()
+	return harness.dsn, "", nil
+}
+
+// DSN returns the connection URL of the test database. It skips the test
+// when no database is available, except under CI=true, where it fails it.
+func DSN(t testing.TB) string {
+	t.Helper()
+	url, skip, err := dsn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skip != "" {
+		if ci() {
+			t.Fatal("pgtest: CI=true but " + skip)
+		}
+		t.Skip("pgtest: " + skip)
+	}
+	return url
+}
+
+// Pool returns a connection pool for this test, closed when the test ends.
+// Its connections have an empty search_path, so any query that forgets to
+// qualify a table with its schema fails instead of silently hitting public.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(DSN(t))
+	if err != nil {
+		t.Fatalf("pgtest: parse DSN: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: new pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	// Fail here, with a clear message, rather than in the first query.
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatalf("pgtest: ping: %v", err)
+	}
+	return pool
+}
+
+// Schema returns a fresh, unique schema name for this test. It does not
+// create the schema (the store's migration does); it registers a cleanup
+// that drops it with everything in it. Register it after Pool so that the
+// cleanup (cleanups run last-in, first-out) runs while the pool is open.
+func Schema(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	name := "t_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		// Not t.Context(): it is already canceled when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
