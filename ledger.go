@@ -33,7 +33,7 @@ type Ledger interface {
 	// up. Two concurrent calls never both hold the same delivery.
 	//
 	// Incarnation rule: before choosing, deliveries Leased to owner.Agent
-	// under any other incarnation are taken back at once (the caller is
+	// under any other incarnation, whatever the filter, are taken back at once (the caller is
 	// taken as the newer incarnation): they return to Offered, or to Failed
 	// when their attempts are used up, with the attempt counted and a
 	// Failure of kind FailureReclaimed recorded. They are listed in

@@ -179,7 +179,11 @@ func (e OutboxEntry) complete(target OutboxEntry, op Operation, now time.Time) (
 	if e.Claim == nil {
 		e.Attempts++
 	}
-	return e.apply(target, op, now), nil
+	e = e.apply(target, op, now)
+	// A base completion is not a call made under the claim, so the holder's
+	// own later completion must not pass for a repeat of it.
+	e.EndedClaim = nil
+	return e, nil
 }
 
 // MarkDelivered is the base contract's MarkDelivered.
@@ -235,7 +239,8 @@ func (e OutboxEntry) MarkClaimDeadLettered(claim Claim, emissionErr EmissionErro
 	return e.completeClaim(claim, e.deadLettered(emissionErr, reason), OpMarkDeadLettered, now)
 }
 
-// SaveClaim is ClaimStore.SaveClaim. in must have passed ValidateSave.
+// SaveClaim is ClaimStore.SaveClaim. claim and in must have passed
+// ValidateSaveClaim.
 func (e OutboxEntry) SaveClaim(claim Claim, in OutboxEntry, now time.Time) (OutboxEntry, Outcome) {
 	return e.completeClaim(claim, in, OpSaveClaim, now)
 }

@@ -85,7 +85,7 @@ type LeaseResult struct {
 	// Leased holds the deliveries granted to the caller, oldest available first.
 	Leased []LeasedDelivery
 	// Reclaimed lists deliveries taken back from the agent's other
-	// incarnations by this call (see Ledger.Lease). Some of them may also
+	// incarnations by this call (see Ledger.Lease), in ID order. Some of them may also
 	// appear in Leased, granted again to the caller.
 	Reclaimed []DeliveryID
 }
@@ -102,7 +102,8 @@ type SweepResult struct {
 // Applied reports whether the sweep changed anything.
 func (r SweepResult) Applied() bool { return len(r.Changed) > 0 }
 
-// SupersedeResult is the answer of Ledger.Supersede.
+// SupersedeResult is the answer of Ledger.Supersede; both lists are in ID
+// order.
 type SupersedeResult struct {
 	// Moved lists the deliveries that now belong to the replacement (Follow).
 	Moved []DeliveryID

@@ -320,20 +320,37 @@ func ValidateNextRetry(next *time.Time) error {
 	return ValidateTime("next retry", *next)
 }
 
-// ValidateSave checks the entry given to Save or SaveClaim.
+// ValidateSave checks the entry given to Save, whose Version must be a
+// real one because Save compares it.
 func ValidateSave(e OutboxEntry) error {
+	if e.Version < 1 {
+		return first(ValidateName("id", string(e.ID)), invalid("version", "must be positive"))
+	}
+	return validateEntryFields(e)
+}
+
+// ValidateSaveClaim checks the arguments of SaveClaim. The entry's Version
+// is not checked (the claim token is SaveClaim's guard), but its ID must be
+// the claimed entry's.
+func ValidateSaveClaim(claim Claim, e OutboxEntry) error {
+	var idErr error
+	if e.ID != claim.EntryID {
+		idErr = invalid("entry id", "must be the claimed entry's ID")
+	}
+	return first(ValidateClaimArg(claim), validateEntryFields(e), idErr)
+}
+
+// validateEntryFields checks the mutable fields Save and SaveClaim write.
+func validateEntryFields(e OutboxEntry) error {
 	var statusErr, nextErr error
 	if !e.Status.Valid() {
 		statusErr = invalid("status", "unknown value %q", e.Status)
 	} else if e.Status.Scheduled() {
 		nextErr = ValidateTime("next attempt at", e.NextAttemptAt)
 	}
-	var attemptsErr, versionErr error
+	var attemptsErr error
 	if e.Attempts < 0 {
 		attemptsErr = invalid("attempts", "must not be negative")
-	}
-	if e.Version < 1 {
-		versionErr = invalid("version", "must be positive")
 	}
 	var errErr, resErr error
 	if e.LastError != nil {
@@ -344,7 +361,7 @@ func ValidateSave(e OutboxEntry) error {
 	}
 	return first(
 		ValidateName("id", string(e.ID)),
-		statusErr, nextErr, attemptsErr, versionErr, errErr, resErr,
+		statusErr, nextErr, attemptsErr, errErr, resErr,
 		ValidateText("dead letter reason", e.DeadLetterReason),
 	)
 }
@@ -414,4 +431,53 @@ func DecodeCursor(cursor string) (DeliveryID, error) {
 		return "", invalid("cursor", "malformed")
 	}
 	return DeliveryID(id), nil
+}
+
+// ValidateGet checks the ID given to Get or FindByID.
+func ValidateGet(id string) error { return ValidateName("id", id) }
+
+// ValidateExpire checks the now given to Expire.
+func ValidateExpire(now time.Time) error { return ValidateTime("now", now) }
+
+// ValidateFindPending checks the arguments of OutboxStore.FindPending.
+func ValidateFindPending(limit int) error { return ValidateLimit("limit", limit) }
+
+// ValidateFindRetryReady checks the arguments of OutboxStore.FindRetryReady.
+func ValidateFindRetryReady(now time.Time, limit int) error {
+	return first(ValidateTime("now", now), ValidateLimit("limit", limit))
+}
+
+// ValidateMarkDelivered checks the arguments of OutboxStore.MarkDelivered.
+func ValidateMarkDelivered(id OutboxEntryID, result EmissionResult) error {
+	return first(ValidateName("id", string(id)), ValidateEmissionResult(result))
+}
+
+// ValidateMarkEntryFailed checks the arguments of OutboxStore.MarkFailed.
+func ValidateMarkEntryFailed(id OutboxEntryID, emissionErr EmissionError, nextRetry *time.Time) error {
+	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateNextRetry(nextRetry))
+}
+
+// ValidateMarkDeadLettered checks the arguments of OutboxStore.MarkDeadLettered.
+func ValidateMarkDeadLettered(id OutboxEntryID, emissionErr EmissionError, reason string) error {
+	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
+}
+
+// ValidateMarkClaimDelivered checks the arguments of ClaimStore.MarkClaimDelivered.
+func ValidateMarkClaimDelivered(claim Claim, result EmissionResult) error {
+	return first(ValidateClaimArg(claim), ValidateEmissionResult(result))
+}
+
+// ValidateMarkClaimFailed checks the arguments of ClaimStore.MarkClaimFailed.
+func ValidateMarkClaimFailed(claim Claim, emissionErr EmissionError, nextRetry *time.Time) error {
+	return first(ValidateClaimArg(claim), ValidateEmissionError(emissionErr), ValidateNextRetry(nextRetry))
+}
+
+// ValidateMarkClaimDeadLettered checks the arguments of ClaimStore.MarkClaimDeadLettered.
+func ValidateMarkClaimDeadLettered(claim Claim, emissionErr EmissionError, reason string) error {
+	return first(ValidateClaimArg(claim), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
+}
+
+// ValidateReleaseClaim checks the arguments of ClaimStore.ReleaseClaim.
+func ValidateReleaseClaim(claim Claim, reason string) error {
+	return first(ValidateClaimArg(claim), ValidateText("reason", reason))
 }
