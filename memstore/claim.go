@@ -1,0 +1,417 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Compile-time checks that Outbox implements the outbox contracts.
+var (
+	_ ledger.OutboxStore         = (*Outbox)(nil)
+	_ ledger.ClaimStore          = (*Outbox)(nil)
+	_ ledger.OutboxBatchEnqueuer = (*Outbox)(nil)
+)
+
+// Outbox is the in-memory outbox claim store. It is safe for concurrent
+// use. Get one with Store.Outbox or NewOutbox.
+//
+// Claims reduce duplicate selection among cooperating workers; they do not
+// make provider delivery exactly-once. A worker that stalls past its claim
+// can still be emitting when another worker claims the entry again, so
+// providers should deduplicate on (Claim.EntryID, Claim.Seq) or on the
+// envelope's idempotency key.
+//
+// The methods that carry no now stamp their timestamps from the WithClock
+// option; claims use ClaimRequest.Now. No decision reads the clock.
+type Outbox struct {
+	cfg config
+
+	mu      sync.Mutex
+	entries map[ledger.OutboxEntryID]*ledger.OutboxEntry
+	// pending holds Pending entries by (CreatedAt, ID), claimed or not.
+	pending btree[timeKey]
+	// scheduled holds RetryScheduled and Deferred entries by
+	// (NextAttemptAt, ID), claimed or not.
+	scheduled btree[timeKey]
+}
+
+// NewOutbox returns the empty Outbox of a new Store configured by opts:
+// New(opts...).Outbox().
+func NewOutbox(opts ...Option) *Outbox { return New(opts...).Outbox() }
+
+func newOutbox(cfg config) *Outbox {
+	return &Outbox{cfg: cfg, entries: make(map[ledger.OutboxEntryID]*ledger.OutboxEntry)}
+}
+
+// Enqueue adds a Pending entry for env, its ID derived from
+// env.IdempotencyKey (ledger.OutboxEntryIDFor), CreatedAt from the clock.
+// The same envelope again answers OutcomeRepeated, a different one under
+// the same key OutcomeConflict, both with the stored entry and nothing
+// written. Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateEnvelope(env, o.cfg.maxPayload)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	e := ledger.NewOutboxEntry(env, o.cfg.clock())
+	o.mu.Lock()
+	r := o.enqueueLocked(env, e)
+	o.mu.Unlock()
+	r.Entry = r.Entry.Clone()
+	return r, nil
+}
+
+// EnqueueBatch enqueues envs in order under one lock, answering one result
+// per envelope as Enqueue would; an envelope whose key appeared earlier in
+// the batch is judged against the earlier one. It is atomic for errors:
+// one invalid envelope (or a batch of 0 or more than ledger.MaxLimit)
+// fails the call with ErrInvalid and nothing is written.
+func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateEnvelopeBatch(envs, o.cfg.maxPayload)); err != nil {
+		return nil, err
+	}
+	now := o.cfg.clock()
+	built := make([]ledger.OutboxEntry, len(envs))
+	for i, env := range envs {
+		built[i] = ledger.NewOutboxEntry(env, now)
+	}
+	out := make([]ledger.OutboxResult, len(envs))
+	o.mu.Lock()
+	for i, env := range envs {
+		out[i] = o.enqueueLocked(env, built[i])
+	}
+	o.mu.Unlock()
+	for i := range out {
+		out[i].Entry = out[i].Entry.Clone()
+	}
+	return out, nil
+}
+
+func (o *Outbox) enqueueLocked(env ledger.Envelope, e ledger.OutboxEntry) ledger.OutboxResult {
+	if p, ok := o.entries[e.ID]; ok {
+		return ledger.OutboxResult{Outcome: p.EnqueueAgain(env), Entry: *p}
+	}
+	p := &e
+	o.entries[e.ID] = p
+	o.reindex(nil, p)
+	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}
+}
+
+// Save writes entry's mutable fields when entry.Version matches the stored
+// Version (ledger.OutboxEntry.Save) and returns the stored entry. Errors:
+// ErrConflict for a stale Version or an entry that already ended,
+// ErrNotFound for an unknown ID, ErrInvalid, ctx.Err().
+func (o *Outbox) Save(ctx context.Context, entry ledger.OutboxEntry) (ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateSave(entry)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.write(entry.ID, "save", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.Save(entry, now)
+	})
+}
+
+// FindByID returns a deep copy of one entry in any status. Errors:
+// ErrNotFound, ErrInvalid, ctx.Err().
+func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateGet(string(id))); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	o.mu.Lock()
+	p, ok := o.entries[id]
+	var e ledger.OutboxEntry
+	if ok {
+		e = *p
+	}
+	o.mu.Unlock()
+	if !ok {
+		return ledger.OutboxEntry{}, fmt.Errorf("memstore: find outbox entry %s: %w", id, ledger.ErrNotFound)
+	}
+	return e.Clone(), nil
+}
+
+// FindPending returns up to limit Pending entries, claimed or not, oldest
+// first (ledger.OutboxEntry.PendingBefore). Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateFindPending(limit)); err != nil {
+		return nil, err
+	}
+	var out []ledger.OutboxEntry
+	o.mu.Lock()
+	c := o.pending.first()
+	for k, ok := c.next(); ok && len(out) < limit; k, ok = c.next() {
+		out = append(out, *o.entries[ledger.OutboxEntryID(k.id)])
+	}
+	o.mu.Unlock()
+	return cloneEntries(out), nil
+}
+
+// FindRetryReady returns up to limit RetryScheduled or Deferred entries
+// whose NextAttemptAt is at or before now, claimed or not, earliest first
+// (ledger.OutboxEntry.RetryBefore). Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) ([]ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateFindRetryReady(now, limit)); err != nil {
+		return nil, err
+	}
+	now = ledger.Normalize(now)
+	end := now.UnixMicro()
+	var out []ledger.OutboxEntry
+	o.mu.Lock()
+	c := o.scheduled.first()
+	for k, ok := c.next(); ok && k.at <= end && len(out) < limit; k, ok = c.next() {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryReady(now) {
+			out = append(out, *p)
+		}
+	}
+	o.mu.Unlock()
+	return cloneEntries(out), nil
+}
+
+// MarkDelivered ends the entry as Delivered, ignoring any claim
+// (ledger.OutboxEntry.MarkDelivered). An entry already Delivered comes back
+// unchanged. Errors: ErrConflict when it ended otherwise, ErrNotFound,
+// ErrInvalid, ctx.Err().
+func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, result ledger.EmissionResult) (ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateMarkDelivered(id, result)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.write(id, "mark delivered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.MarkDelivered(result, now)
+	})
+}
+
+// MarkFailed records a failed emission: RetryScheduled at nextRetry (a past
+// time means due now), or Failed for good when nextRetry is nil. Errors as
+// MarkDelivered; ErrInvalid for a zero nextRetry.
+func (o *Outbox) MarkFailed(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.write(id, "mark failed", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.MarkFailed(emissionErr, nextRetry, now)
+	})
+}
+
+// MarkDeadLettered ends the entry as DeadLettered with reason. Errors as
+// MarkDelivered.
+func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, reason string) (ledger.OutboxEntry, error) {
+	if err := begin(ctx, ledger.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.write(id, "mark dead lettered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.MarkDeadLettered(emissionErr, reason, now)
+	})
+}
+
+// write runs one base-contract transition, stamped with the clock, and
+// stores the result when it changed the entry.
+func (o *Outbox) write(id ledger.OutboxEntryID, op string, step func(ledger.OutboxEntry, time.Time) (ledger.OutboxEntry, error)) (ledger.OutboxEntry, error) {
+	now := o.cfg.clock()
+	o.mu.Lock()
+	p, ok := o.entries[id]
+	if !ok {
+		o.mu.Unlock()
+		return ledger.OutboxEntry{}, fmt.Errorf("memstore: %s outbox entry %s: %w", op, id, ledger.ErrNotFound)
+	}
+	e, err := step(*p, now)
+	if err != nil {
+		o.mu.Unlock()
+		return ledger.OutboxEntry{}, fmt.Errorf("memstore: %s outbox entry %s: %w", op, id, err)
+	}
+	if e.Version != p.Version {
+		o.replace(p, e)
+	}
+	o.mu.Unlock()
+	return e.Clone(), nil
+}
+
+// ClaimPending claims up to req.Limit Pending entries that are unclaimed or
+// whose claim expired at req.Now, oldest first, each under a new token
+// until req.Now+req.LeaseDuration. It walks the pending index in order,
+// skipping entries whose claim is still in force. Errors: ErrInvalid,
+// ctx.Err().
+func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	now := ledger.Normalize(req.Now)
+	o.mu.Lock()
+	var picks []*ledger.OutboxEntry
+	c := o.pending.first()
+	for k, ok := c.next(); ok && len(picks) < req.Limit; k, ok = c.next() {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
+			picks = append(picks, p)
+		}
+	}
+	out := o.grant(picks, req, now)
+	o.mu.Unlock()
+	return cloneClaimed(out), nil
+}
+
+// ClaimRetryReady claims like ClaimPending, from RetryScheduled and
+// Deferred entries whose NextAttemptAt has come, earliest first (then ID).
+// Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	now := ledger.Normalize(req.Now)
+	end := now.UnixMicro()
+	o.mu.Lock()
+	var picks []*ledger.OutboxEntry
+	c := o.scheduled.first()
+	for k, ok := c.next(); ok && k.at <= end && len(picks) < req.Limit; k, ok = c.next() {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryClaimable(now) {
+			picks = append(picks, p)
+		}
+	}
+	out := o.grant(picks, req, now)
+	o.mu.Unlock()
+	return cloneClaimed(out), nil
+}
+
+// grant claims each of picks for req.Worker. The caller holds o.mu.
+func (o *Outbox) grant(picks []*ledger.OutboxEntry, req ledger.ClaimRequest, now time.Time) []ledger.ClaimedEntry {
+	if len(picks) == 0 {
+		return nil
+	}
+	out := make([]ledger.ClaimedEntry, 0, len(picks))
+	for _, p := range picks {
+		e, c := p.Grant(req.Worker, ledger.NewToken(), now, req.LeaseDuration)
+		o.replace(p, e)
+		out = append(out, ledger.ClaimedEntry{Claim: c, Entry: e})
+	}
+	return out
+}
+
+// MarkClaimDelivered ends the claimed entry as Delivered. Outcomes, first
+// match wins: NotFound, Ended, LeaseLost, Repeated, Applied. Errors:
+// ErrInvalid, ctx.Err().
+func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, result ledger.EmissionResult) (ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.MarkClaimDelivered(claim, result, now)
+	}), nil
+}
+
+// MarkClaimFailed records a failed emission under the claim: RetryScheduled
+// at nextRetry, or Failed when nextRetry is nil. Outcomes as
+// MarkClaimDelivered. Errors: ErrInvalid (also for a zero nextRetry),
+// ctx.Err().
+func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
+	}), nil
+}
+
+// MarkClaimDeadLettered ends the claimed entry as DeadLettered with reason.
+// Outcomes as MarkClaimDelivered. Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
+	}), nil
+}
+
+// ReleaseClaim gives the claim back without changing the status and
+// without counting the attempt. reason is checked as free text and not
+// stored. Outcomes as MarkClaimDelivered. Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.ReleaseClaim(claim, now)
+	}), nil
+}
+
+// SaveClaim writes a provider-directed transition from entry's mutable
+// fields, except Attempts, and ends the claim; entry.Version is not
+// checked, the claim token is the guard. Outcomes as MarkClaimDelivered.
+// Errors: ErrInvalid (also when entry.ID is not claim.EntryID, since the
+// call would otherwise write one entry's fields onto another), ctx.Err().
+func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger.OutboxEntry) (ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.SaveClaim(claim, entry, now)
+	}), nil
+}
+
+// complete runs one claim completion, stamped with the clock, and stores
+// the result when it applied.
+func (o *Outbox) complete(id ledger.OutboxEntryID, step func(ledger.OutboxEntry, time.Time) (ledger.OutboxEntry, ledger.Outcome)) ledger.OutboxResult {
+	now := o.cfg.clock()
+	o.mu.Lock()
+	p, ok := o.entries[id]
+	if !ok {
+		o.mu.Unlock()
+		return ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}
+	}
+	e, out := step(*p, now)
+	if out == ledger.OutcomeApplied {
+		o.replace(p, e)
+	} else {
+		e = *p
+	}
+	o.mu.Unlock()
+	return ledger.OutboxResult{Outcome: out, Entry: e.Clone()}
+}
+
+// replace overwrites the entry at p with e, moving it between indexes
+// first. The caller holds o.mu.
+func (o *Outbox) replace(p *ledger.OutboxEntry, e ledger.OutboxEntry) {
+	o.reindex(p, &e)
+	*p = e
+}
+
+// reindex moves an entry from the index entries of old (nil for a new
+// entry) to those of e.
+func (o *Outbox) reindex(old, e *ledger.OutboxEntry) {
+	wasPending := old != nil && old.Status == ledger.OutboxStatusPending
+	if isPending := e.Status == ledger.OutboxStatusPending; wasPending != isPending {
+		if wasPending {
+			o.pending.delete(entryKey(old.CreatedAt, old.ID))
+		} else {
+			o.pending.insert(entryKey(e.CreatedAt, e.ID))
+		}
+	}
+	wasScheduled := old != nil && old.Status.Scheduled()
+	if isScheduled := e.Status.Scheduled(); wasScheduled != isScheduled ||
+		(wasScheduled && !old.NextAttemptAt.Equal(e.NextAttemptAt)) {
+		if wasScheduled {
+			o.scheduled.delete(entryKey(old.NextAttemptAt, old.ID))
+		}
+		if isScheduled {
+			o.scheduled.insert(entryKey(e.NextAttemptAt, e.ID))
+		}
+	}
+}
+
+func entryKey(t time.Time, id ledger.OutboxEntryID) timeKey {
+	return timeKey{at: t.UnixMicro(), id: string(id)}
+}
+
+func cloneEntries(es []ledger.OutboxEntry) []ledger.OutboxEntry {
+	for i := range es {
+		es[i] = es[i].Clone()
+	}
+	return es
+}
+
+func cloneClaimed(cs []ledger.ClaimedEntry) []ledger.ClaimedEntry {
+	for i := range cs {
+		cs[i].Entry = cs[i].Entry.Clone()
+	}
+	return cs
+}

@@ -1,0 +1,17 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/ledgertest"
+	"github.com/leaseledger/ledger/memstore"
+)
+
+func TestLedgerConformance(t *testing.T) {
+	ledgertest.TestLedger(t, func(t *testing.T) ledger.Ledger { return memstore.New() })
+}
+
+func TestClaimStoreConformance(t *testing.T) {
+	ledgertest.TestClaimStore(t, func(t *testing.T) ledger.ClaimStore { return memstore.NewOutbox() })
+}

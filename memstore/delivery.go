@@ -1,0 +1,497 @@
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file holds the ledger.Ledger methods. Each one validates, takes the
+// lock, picks the records the call touches through the indexes, lets the
+// root package's transition functions decide what happens to them, and
+// stores the results through Store.replace.
+//
+// Stored records are never written through: a transition builds a new value
+// and replace swaps it in. So a copy of a record taken under the lock stays
+// intact after the lock is released, and the deep copy handed to the caller
+// (Clone) is made outside the lock.
+
+// Enqueue offers a delivery: OutcomeApplied with the new record for a new
+// ID; for an existing ID, OutcomeRepeated (same target, ceremony, payload
+// and resolved policy, whatever state the record is in) or OutcomeConflict,
+// with the existing record and nothing written. Errors: ErrInvalid for a
+// malformed request, ctx.Err() for a done context.
+func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	// Build the record (and its payload copy) before taking the lock.
+	d := ledger.NewDelivery(req, s.cfg.policy, ledger.Normalize(now))
+	s.mu.Lock()
+	r := s.enqueueLocked(req, d)
+	s.mu.Unlock()
+	r.Delivery = r.Delivery.Clone()
+	return r, nil
+}
+
+// EnqueueBatch enqueues reqs in order under one lock, answering one result
+// per request as Enqueue would; a request whose ID appeared earlier in the
+// batch is judged against the earlier one. It is atomic for errors: one
+// invalid request (or a batch of 0 or more than ledger.MaxLimit) fails the
+// call with ErrInvalid and nothing is written.
+func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
+		return nil, err
+	}
+	now = ledger.Normalize(now)
+	built := make([]ledger.Delivery, len(reqs))
+	for i, req := range reqs {
+		built[i] = ledger.NewDelivery(req, s.cfg.policy, now)
+	}
+	out := make([]ledger.DeliveryResult, len(reqs))
+	s.mu.Lock()
+	for i, req := range reqs {
+		out[i] = s.enqueueLocked(req, built[i])
+	}
+	s.mu.Unlock()
+	for i := range out {
+		out[i].Delivery = out[i].Delivery.Clone()
+	}
+	return out, nil
+}
+
+// enqueueLocked stores d, built from req, unless req.ID is taken. The
+// caller holds s.mu.
+func (s *Store) enqueueLocked(req ledger.EnqueueRequest, d ledger.Delivery) ledger.DeliveryResult {
+	if p, ok := s.records[req.ID]; ok {
+		return ledger.DeliveryResult{Outcome: p.EnqueueAgain(req, s.cfg.policy), Delivery: *p}
+	}
+	s.insert(d)
+	return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: d}
+}
+
+// Lease hands out up to limit offerable deliveries matching filter, oldest
+// AvailableAt first (then ID), each under a new token until now+duration.
+// Before choosing, it takes back every delivery Leased to owner.Agent under
+// another incarnation (ledger.Delivery.Reclaim) and lists them, in ID
+// order, in Reclaimed; they may be granted again by the same call.
+//
+// Finding each delivery costs O(log n); a Leased delivery whose lease
+// expired with its attempts used up is skipped, not removed (Expire ends
+// it). Errors: ErrInvalid, ctx.Err().
+func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (ledger.LeaseResult, error) {
+	if err := begin(ctx, ledger.ValidateLease(filter, owner, now, duration, limit)); err != nil {
+		return ledger.LeaseResult{}, err
+	}
+	now = ledger.Normalize(now)
+	var res ledger.LeaseResult
+	s.mu.Lock()
+	res.Reclaimed = s.reclaim(owner, now)
+	var buf [8]*ledger.Delivery // most calls pick few: no allocation
+	picks := s.pick(filter, now, limit, buf[:0])
+	if len(picks) > 0 {
+		res.Leased = make([]ledger.LeasedDelivery, 0, len(picks))
+	}
+	for _, p := range picks {
+		d, lease := p.Grant(owner, ledger.NewToken(), now, duration)
+		s.replace(p, d)
+		res.Leased = append(res.Leased, ledger.LeasedDelivery{Lease: lease, Delivery: d})
+	}
+	s.mu.Unlock()
+	for i := range res.Leased {
+		res.Leased[i].Delivery = res.Leased[i].Delivery.Clone()
+	}
+	return res, nil
+}
+
+// reclaim applies the incarnation rule for owner and returns the IDs taken
+// back, in ID order. It costs O(1) when the agent holds leases under one
+// incarnation only, and one step per delivery taken back otherwise. The
+// caller holds s.mu.
+func (s *Store) reclaim(owner ledger.Owner, now time.Time) []ledger.DeliveryID {
+	ids := s.holders.others(owner)
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		p := s.records[id]
+		s.replace(p, p.Reclaim(owner, now))
+	}
+	return ids
+}
+
+// pick appends to picks up to limit deliveries Lease may grant, in grant
+// order, without changing anything. The caller holds s.mu.
+func (s *Store) pick(filter ledger.LeaseFilter, now time.Time, limit int, picks []*ledger.Delivery) []*ledger.Delivery {
+	end := now.UnixMicro()
+	// scan takes offerable deliveries from t in order, up to limit, until
+	// the first one not yet available.
+	scan := func(t *btree[timeKey], match func(ledger.Target) bool) {
+		if t == nil {
+			return
+		}
+		c := t.first()
+		for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
+			if p := s.records[ledger.DeliveryID(k.id)]; (match == nil || match(p.Target)) && p.Offerable(now) {
+				picks = append(picks, p)
+			}
+		}
+	}
+	switch {
+	case filter.Ceremony != "":
+		// The ceremony's index is usually the smaller one; the target
+		// filter is checked per candidate.
+		var match func(ledger.Target) bool
+		if len(filter.Targets) > 0 {
+			match = targetMatcher(filter.Targets)
+		}
+		scan(s.byCeremony.get(filter.Ceremony), match)
+	case len(filter.Targets) == 0:
+		scan(&s.offers, nil)
+	case len(filter.Targets) == 1:
+		scan(s.byTarget.get(filter.Targets[0]), nil)
+	default:
+		picks = s.pickMerged(filter.Targets, now, limit, picks)
+	}
+	return picks
+}
+
+// pickMerged walks the offer indexes of several targets together, taking
+// the smallest head each time, so that the grant order is the same as one
+// index holding all of them would give.
+func (s *Store) pickMerged(targets []ledger.Target, now time.Time, limit int, picks []*ledger.Delivery) []*ledger.Delivery {
+	end := now.UnixMicro()
+	var h mergeHeap
+	seen := make(map[ledger.Target]struct{}, len(targets))
+	for _, tg := range targets {
+		if _, dup := seen[tg]; dup {
+			continue
+		}
+		seen[tg] = struct{}{}
+		if t := s.byTarget.get(tg); t != nil {
+			c := t.first()
+			if k, ok := c.next(); ok && k.at <= end {
+				h = append(h, mergeHead{k: k, c: c})
+			}
+		}
+	}
+	heap.Init(&h)
+	for len(h) > 0 && len(picks) < limit {
+		head := &h[0]
+		if head.k.at > end {
+			break // the smallest head is in the future, so is every other
+		}
+		if p := s.records[ledger.DeliveryID(head.k.id)]; p.Offerable(now) {
+			picks = append(picks, p)
+		}
+		if k, ok := head.c.next(); ok {
+			head.k = k
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return picks
+}
+
+// mergeHead is one target's cursor and the key it stands on.
+type mergeHead struct {
+	k timeKey
+	c cursor[timeKey]
+}
+
+// mergeHeap is a min-heap of cursors by their current key.
+type mergeHeap []mergeHead
+
+func (h mergeHeap) Len() int           { return len(h) }
+func (h mergeHeap) Less(i, j int) bool { return h[i].k.compare(h[j].k) < 0 }
+func (h mergeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)        { *h = append(*h, x.(mergeHead)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// targetMatcher returns a membership test for a target filter; an empty
+// filter matches every target.
+func targetMatcher(targets []ledger.Target) func(ledger.Target) bool {
+	switch {
+	case len(targets) == 0:
+		return func(ledger.Target) bool { return true }
+	case len(targets) <= 8:
+		return func(t ledger.Target) bool { return slices.Contains(targets, t) }
+	}
+	set := make(map[ledger.Target]struct{}, len(targets))
+	for _, t := range targets {
+		set[t] = struct{}{}
+	}
+	return func(t ledger.Target) bool { _, ok := set[t]; return ok }
+}
+
+// Acknowledge records that the holder of lease received the delivery (see
+// ledger.Ledger). Outcomes: Applied, NotFound, Ended, LeaseLost, Repeated,
+// LeaseExpired. Errors: ErrInvalid, ctx.Err().
+func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.Acknowledge(lease, observation, now)
+	}), nil
+}
+
+// MarkProcessed closes an acknowledged delivery (see ledger.Ledger). The
+// fence is checked against the highest fence accepted for the delivery's
+// target; on OutcomeApplied that high-water mark is raised, and a call that
+// does not apply leaves it as it was. Outcomes, first match wins: Repeated,
+// Ended, WrongState, WrongOwner, FenceRejected, Applied; NotFound for an
+// unknown ID. Errors: ErrInvalid, ctx.Err().
+func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.apply(id, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		highest := s.fences[d.Target]
+		nd, o := d.MarkProcessed(owner, fence, highest, action, now)
+		if o == ledger.OutcomeApplied {
+			if raised := ledger.RaiseFence(highest, fence); raised != highest {
+				s.fences[d.Target] = raised
+			}
+		}
+		return nd, o
+	}), nil
+}
+
+// RecordActivation writes down what a push or wake-up did; the state does
+// not change. Outcomes: Applied, NotFound, Ended. Errors: ErrInvalid,
+// ctx.Err().
+func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, activation ledger.Activation, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateRecordActivation(id, activation, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.apply(id, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.RecordActivation(activation, now)
+	}), nil
+}
+
+// MarkFailed gives up the attempt held under lease: Offered again after the
+// policy's backoff, or Failed. Outcomes: Applied, NotFound, Ended,
+// LeaseLost, Repeated, WrongState. Errors: ErrInvalid, ctx.Err().
+func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateMarkFailed(lease, reason, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.MarkFailed(lease, reason, now)
+	}), nil
+}
+
+// Release gives the lease back without counting the attempt; the delivery
+// is offerable again at now. Outcomes as MarkFailed. Errors: ErrInvalid,
+// ctx.Err().
+func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateRelease(lease, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.Release(lease, now)
+	}), nil
+}
+
+// Abandon ends one open delivery as Expired with cause. Outcomes: Applied,
+// NotFound, Ended. Errors: ErrInvalid, ctx.Err().
+func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.Cause, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateAbandon(id, cause, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.apply(id, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.Abandon(cause, now)
+	}), nil
+}
+
+// apply runs one transition on the record with ID id and stores the result
+// when it applied. The result carries a deep copy of the record as it now
+// stands; OutcomeNotFound with a zero record for an unknown ID.
+func (s *Store) apply(id ledger.DeliveryID, step func(ledger.Delivery) (ledger.Delivery, ledger.Outcome)) ledger.DeliveryResult {
+	s.mu.Lock()
+	p, ok := s.records[id]
+	if !ok {
+		s.mu.Unlock()
+		return ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
+	}
+	d, o := step(*p)
+	if o == ledger.OutcomeApplied {
+		s.replace(p, d)
+	} else {
+		d = *p // a call that does not apply writes, and changes, nothing
+	}
+	s.mu.Unlock()
+	return ledger.DeliveryResult{Outcome: o, Delivery: d.Clone()}
+}
+
+// Expire sweeps what has run out at now: Leased deliveries whose lease
+// expired go back to Offered (or end as Failed), Acknowledged ones past
+// their deadline end as Expired. It returns the IDs it changed, in ID
+// order, at O(k log n) for k changed. Errors: ErrInvalid, ctx.Err().
+func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, error) {
+	if err := begin(ctx, ledger.ValidateExpire(now)); err != nil {
+		return ledger.SweepResult{}, err
+	}
+	now = ledger.Normalize(now)
+	end := now.UnixMicro()
+	var res ledger.SweepResult
+	s.mu.Lock()
+	var due []*ledger.Delivery
+	for _, t := range []*btree[timeKey]{&s.leases, &s.acks} {
+		c := t.first()
+		for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
+			due = append(due, s.records[ledger.DeliveryID(k.id)])
+		}
+	}
+	for _, p := range due {
+		if d, changed := p.Expire(now); changed {
+			s.replace(p, d)
+			res.Changed = append(res.Changed, d.ID)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(res.Changed)
+	return res, nil
+}
+
+// ExpireCeremony ends every open delivery of ceremony as Expired with cause
+// (ledger.Delivery.Abandon) and returns their IDs in ID order. Terminal
+// records are untouched. Errors: ErrInvalid, ctx.Err().
+func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) (ledger.SweepResult, error) {
+	if err := begin(ctx, ledger.ValidateExpireCeremony(ceremony, cause, now)); err != nil {
+		return ledger.SweepResult{}, err
+	}
+	now = ledger.Normalize(now)
+	var res ledger.SweepResult
+	s.mu.Lock()
+	if t := s.open.get(ceremony); t != nil {
+		ids := make([]ledger.DeliveryID, 0, t.Len())
+		c := t.first()
+		for k, ok := c.next(); ok; k, ok = c.next() {
+			ids = append(ids, ledger.DeliveryID(k))
+		}
+		for _, id := range ids {
+			p := s.records[id]
+			if d, o := p.Abandon(cause, now); o == ledger.OutcomeApplied {
+				s.replace(p, d)
+				res.Changed = append(res.Changed, id)
+			}
+		}
+	}
+	s.mu.Unlock()
+	return res, nil
+}
+
+// Supersede moves the previous target's Offered and Leased deliveries to
+// replacement (Follow; leases revoked, attempts given back) or ends them
+// as Expired with CauseSuperseded (LeaveBehind). Acknowledged deliveries
+// stay. The IDs come back in ID order. The previous target's offer index
+// holds exactly its Offered and Leased deliveries, so the call costs
+// O(k log n) for k of them. Errors: ErrInvalid, ctx.Err().
+func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) (ledger.SupersedeResult, error) {
+	if err := begin(ctx, ledger.ValidateSupersede(previous, replacement, mode, now)); err != nil {
+		return ledger.SupersedeResult{}, err
+	}
+	now = ledger.Normalize(now)
+	var changed []ledger.DeliveryID
+	s.mu.Lock()
+	if t := s.byTarget.get(previous); t != nil {
+		ps := make([]*ledger.Delivery, 0, t.Len())
+		c := t.first()
+		for k, ok := c.next(); ok; k, ok = c.next() {
+			ps = append(ps, s.records[ledger.DeliveryID(k.id)])
+		}
+		for _, p := range ps {
+			if d, ok := p.Supersede(replacement, mode, now); ok {
+				s.replace(p, d)
+				changed = append(changed, d.ID)
+			}
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(changed)
+	if mode == ledger.Follow {
+		return ledger.SupersedeResult{Moved: changed}, nil
+	}
+	return ledger.SupersedeResult{Ended: changed}, nil
+}
+
+// Get returns a deep copy of one delivery in any state. Errors:
+// ErrNotFound for an unknown ID, ErrInvalid, ctx.Err().
+func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery, error) {
+	if err := begin(ctx, ledger.ValidateGet(string(id))); err != nil {
+		return ledger.Delivery{}, err
+	}
+	s.mu.Lock()
+	p, ok := s.records[id]
+	var d ledger.Delivery
+	if ok {
+		d = *p
+	}
+	s.mu.Unlock()
+	if !ok {
+		return ledger.Delivery{}, fmt.Errorf("memstore: get delivery %q: %w", id, ledger.ErrNotFound)
+	}
+	return d.Clone(), nil
+}
+
+// List returns up to q.Limit deliveries matching q's targets, ceremony and
+// states, in ID order after q.Cursor. Page.Next is set only when more
+// matching records follow. It walks the ID index from the cursor, so it
+// costs O(log n) plus one step per record examined. Errors: ErrInvalid
+// (also for a cursor not made by this package), ctx.Err().
+func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, error) {
+	after, err := ledger.ValidateList(q)
+	if err := begin(ctx, err); err != nil {
+		return ledger.Page{}, err
+	}
+	matchTarget := targetMatcher(q.Targets)
+	match := func(d *ledger.Delivery) bool {
+		return (q.Ceremony == "" || d.Ceremony == q.Ceremony) && matchTarget(d.Target) &&
+			(len(q.States) == 0 || slices.Contains(q.States, d.State))
+	}
+	var page ledger.Page
+	more := false
+	s.mu.Lock()
+	c := s.ids.seek(idKey(after))
+	for k, ok := c.next(); ok; k, ok = c.next() {
+		if after != "" && ledger.DeliveryID(k) == after {
+			continue
+		}
+		p := s.records[ledger.DeliveryID(k)]
+		if !match(p) {
+			continue
+		}
+		if len(page.Deliveries) == q.Limit {
+			more = true
+			break
+		}
+		page.Deliveries = append(page.Deliveries, *p)
+	}
+	s.mu.Unlock()
+	for i := range page.Deliveries {
+		page.Deliveries[i] = page.Deliveries[i].Clone()
+	}
+	if more {
+		page.Next = ledger.EncodeCursor(page.Deliveries[len(page.Deliveries)-1].ID)
+	}
+	return page, nil
+}

@@ -1,0 +1,389 @@
+package memstore
+
+import (
+	"context"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Compile-time checks that Store implements the delivery contracts.
+var (
+	_ ledger.Ledger        = (*Store)(nil)
+	_ ledger.BatchEnqueuer = (*Store)(nil)
+)
+
+// Option configures a Store (and the Outbox beside it).
+type Option func(*config)
+
+type config struct {
+	policy     ledger.Policy
+	maxPayload int
+	clock      func() time.Time
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		policy:     ledger.DefaultPolicy.Resolve(ledger.DefaultPolicy),
+		maxPayload: ledger.DefaultMaxPayload,
+		clock:      time.Now,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// WithDefaultPolicy sets the policy whose fields fill an EnqueueRequest's
+// zero Policy fields. Zero fields of p fall back to ledger.DefaultPolicy. A
+// policy that fails p.Validate is ignored, so the store keeps its previous
+// default; options never panic.
+func WithDefaultPolicy(p ledger.Policy) Option {
+	return func(c *config) {
+		if p.Validate("default policy") != nil {
+			return
+		}
+		c.policy = p.Resolve(ledger.DefaultPolicy)
+	}
+}
+
+// WithMaxPayload sets the largest payload, in bytes, that Enqueue accepts
+// for deliveries and outbox envelopes (ledger.DefaultMaxPayload by
+// default). A value below 1 is ignored.
+func WithMaxPayload(n int) Option {
+	return func(c *config) {
+		if n >= 1 {
+			c.maxPayload = n
+		}
+	}
+}
+
+// WithClock sets the clock that stamps the timestamps of the outbox methods
+// that carry no now (Enqueue, Save and the completions); time.Now by
+// default. It is never used for a decision: leases, claims and expiry use
+// the now of the call. A nil clock is ignored.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.clock = now
+		}
+	}
+}
+
+// Store is the in-memory delivery ledger. It is safe for concurrent use;
+// the zero value is not usable: create one with New.
+type Store struct {
+	cfg    config
+	outbox *Outbox
+
+	mu sync.Mutex
+	// records holds every delivery ever enqueued, by ID. Transitions
+	// replace the record in place, after updating the indexes below.
+	records map[ledger.DeliveryID]*ledger.Delivery
+	// slab is the block new records are placed in. Records are never
+	// deleted, so blocks never need freeing; one allocation per block
+	// instead of per record saves time and the allocator's rounding.
+	slab []ledger.Delivery
+	// ids orders every delivery by ID, for List.
+	ids btree[idKey]
+	// offers holds the candidates of Lease (Offered and Leased deliveries)
+	// by (AvailableAt, ID); byTarget and byCeremony hold the same
+	// candidates split by target and by ceremony. For a Leased delivery
+	// AvailableAt is its lease's expiry, when it becomes offerable again.
+	offers     btree[timeKey]
+	byTarget   groups[ledger.Target, timeKey]
+	byCeremony groups[ledger.CeremonyID, timeKey]
+	// open holds each ceremony's open deliveries by ID, for ExpireCeremony.
+	open groups[ledger.CeremonyID, idKey]
+	// leases holds Leased deliveries by (lease ExpiresAt, ID) and acks
+	// Acknowledged ones by (Ack.Deadline, ID), for Expire.
+	leases btree[timeKey]
+	acks   btree[timeKey]
+	// holders holds Leased deliveries by agent and incarnation, for the
+	// incarnation rule of Lease.
+	holders holderIndex
+	// fences is the highest fence accepted per target.
+	fences map[ledger.Target]*ledger.Fence
+}
+
+// maxSlab bounds the records per slab block: as many as fit 32 KiB, the
+// largest size class of Go's allocator, since a block past it is rounded
+// up to whole pages and wastes the remainder.
+const maxSlab = 32 << 10 / int(unsafe.Sizeof(ledger.Delivery{}))
+
+// New returns an empty Store configured by opts, with an empty Outbox
+// beside it.
+func New(opts ...Option) *Store {
+	cfg := newConfig(opts)
+	return &Store{
+		cfg:     cfg,
+		outbox:  newOutbox(cfg),
+		records: make(map[ledger.DeliveryID]*ledger.Delivery),
+		fences:  make(map[ledger.Target]*ledger.Fence),
+	}
+}
+
+// Outbox returns the outbox living beside s, configured with the same
+// options. It is a separate value because the two contracts cannot share
+// one Go type; it has its own lock and shares no records with s.
+func (s *Store) Outbox() *Outbox { return s.outbox }
+
+// key returns the index key of a record by one of its times.
+func key(t time.Time, id ledger.DeliveryID) timeKey {
+	return timeKey{at: t.UnixMicro(), id: string(id)}
+}
+
+// candidate reports whether d belongs in the offer indexes.
+func candidate(d *ledger.Delivery) bool {
+	return d != nil && (d.State == ledger.DeliveryStateOffered || d.State == ledger.DeliveryStateLeased)
+}
+
+// leased reports whether d belongs in the lease indexes.
+func leased(d *ledger.Delivery) bool {
+	return d != nil && d.State == ledger.DeliveryStateLeased && d.Lease != nil
+}
+
+// acked reports whether d belongs in the acknowledgement index.
+func acked(d *ledger.Delivery) bool {
+	return d != nil && d.State == ledger.DeliveryStateAcknowledged && d.Ack != nil
+}
+
+// openInCeremony reports whether d belongs in its ceremony's open set.
+func openInCeremony(d *ledger.Delivery) bool {
+	return d != nil && d.Ceremony != "" && !d.State.Terminal()
+}
+
+// insert stores a new record and indexes it. The caller holds s.mu.
+func (s *Store) insert(d ledger.Delivery) *ledger.Delivery {
+	if len(s.slab) == cap(s.slab) {
+		// Blocks grow with the store, so a small store stays small.
+		s.slab = make([]ledger.Delivery, 0, min(maxSlab, max(4, len(s.records)/8)))
+	}
+	s.slab = append(s.slab, d)
+	p := &s.slab[len(s.slab)-1]
+	s.records[d.ID] = p
+	s.ids.insert(idKey(d.ID))
+	s.reindex(nil, p)
+	return p
+}
+
+// replace overwrites the record at p with d, moving it between indexes
+// first. Every transition that writes goes through here, so no change of
+// State, Target, Ceremony, AvailableAt, lease or acknowledgement can miss
+// an index. The caller holds s.mu.
+func (s *Store) replace(p *ledger.Delivery, d ledger.Delivery) {
+	s.reindex(p, &d)
+	*p = d
+}
+
+// reindex moves a record from the index entries of old (nil for a new
+// record) to those of d, touching only the indexes whose key changed.
+func (s *Store) reindex(old, d *ledger.Delivery) {
+	if wasIn, isIn := candidate(old), candidate(d); wasIn != isIn || (wasIn &&
+		(!old.AvailableAt.Equal(d.AvailableAt) || old.Target != d.Target || old.Ceremony != d.Ceremony)) {
+		if wasIn {
+			s.removeOffer(old)
+		}
+		if isIn {
+			s.addOffer(d)
+		}
+	}
+	if wasIn, isIn := leased(old), leased(d); wasIn != isIn || (wasIn &&
+		(!old.Lease.ExpiresAt.Equal(d.Lease.ExpiresAt) || old.Lease.Owner != d.Lease.Owner)) {
+		if wasIn {
+			s.leases.delete(key(old.Lease.ExpiresAt, old.ID))
+			s.holders.remove(old.Lease.Owner, old.ID)
+		}
+		if isIn {
+			s.leases.insert(key(d.Lease.ExpiresAt, d.ID))
+			s.holders.add(d.Lease.Owner, d.ID)
+		}
+	}
+	if wasIn, isIn := acked(old), acked(d); wasIn != isIn || (wasIn && !old.Ack.Deadline.Equal(d.Ack.Deadline)) {
+		if wasIn {
+			s.acks.delete(key(old.Ack.Deadline, old.ID))
+		}
+		if isIn {
+			s.acks.insert(key(d.Ack.Deadline, d.ID))
+		}
+	}
+	if wasIn, isIn := openInCeremony(old), openInCeremony(d); wasIn != isIn || (wasIn && old.Ceremony != d.Ceremony) {
+		if wasIn {
+			s.open.remove(old.Ceremony, idKey(old.ID))
+		}
+		if isIn {
+			s.open.add(d.Ceremony, idKey(d.ID))
+		}
+	}
+}
+
+func (s *Store) addOffer(d *ledger.Delivery) {
+	k := key(d.AvailableAt, d.ID)
+	s.offers.insert(k)
+	s.byTarget.add(d.Target, k)
+	if d.Ceremony != "" {
+		s.byCeremony.add(d.Ceremony, k)
+	}
+}
+
+func (s *Store) removeOffer(d *ledger.Delivery) {
+	k := key(d.AvailableAt, d.ID)
+	s.offers.delete(k)
+	s.byTarget.remove(d.Target, k)
+	if d.Ceremony != "" {
+		s.byCeremony.remove(d.Ceremony, k)
+	}
+}
+
+// holderIndex is the set of Leased deliveries per agent and incarnation.
+// It uses maps rather than an ordered index: the incarnation rule needs
+// membership by owner, not order, and a map insert or delete is several
+// times cheaper than a tree's on the path of every Lease and Acknowledge.
+type holderIndex struct {
+	agents map[string]*agentLeases
+	idle   int // agents in the map holding nothing
+}
+
+type agentLeases struct {
+	held  int
+	byInc map[string]map[ledger.DeliveryID]struct{}
+}
+
+func (h *holderIndex) add(o ledger.Owner, id ledger.DeliveryID) {
+	if h.agents == nil {
+		h.agents = make(map[string]*agentLeases)
+	}
+	a := h.agents[o.Agent]
+	if a == nil {
+		a = &agentLeases{byInc: make(map[string]map[ledger.DeliveryID]struct{}, 1)}
+		h.agents[o.Agent] = a
+	} else if a.held == 0 {
+		h.idle--
+	}
+	set := a.byInc[o.Incarnation]
+	if set == nil {
+		// A new incarnation: the empty set kept for an earlier one goes.
+		for inc, old := range a.byInc {
+			if len(old) == 0 {
+				delete(a.byInc, inc)
+			}
+		}
+		set = make(map[ledger.DeliveryID]struct{})
+		a.byInc[o.Incarnation] = set
+	}
+	set[id] = struct{}{}
+	a.held++
+}
+
+func (h *holderIndex) remove(o ledger.Owner, id ledger.DeliveryID) {
+	a := h.agents[o.Agent]
+	if a == nil {
+		return
+	}
+	set := a.byInc[o.Incarnation]
+	if _, ok := set[id]; !ok {
+		return
+	}
+	delete(set, id)
+	a.held--
+	// An agent's last incarnation keeps its (empty) set, so that an agent
+	// whose leases come and go does not reallocate it; a superseded
+	// incarnation's set goes once empty.
+	if len(set) == 0 && len(a.byInc) > 1 {
+		delete(a.byInc, o.Incarnation)
+	}
+	if a.held > 0 {
+		return
+	}
+	// Idle agents are dropped in bulk once they outnumber the busy ones,
+	// as groups drops emptied trees.
+	h.idle++
+	if h.idle > 64 && h.idle > len(h.agents)/2 {
+		for name, a := range h.agents {
+			if a.held == 0 {
+				delete(h.agents, name)
+			}
+		}
+		h.idle = 0
+	}
+}
+
+// others returns the deliveries Leased to o's agent under incarnations
+// other than o's, in no particular order.
+func (h *holderIndex) others(o ledger.Owner) []ledger.DeliveryID {
+	a := h.agents[o.Agent]
+	if a == nil || a.held == len(a.byInc[o.Incarnation]) {
+		return nil
+	}
+	var ids []ledger.DeliveryID
+	for inc, set := range a.byInc {
+		if inc == o.Incarnation {
+			continue
+		}
+		for id := range set {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// groups is a family of indexes by name (target or ceremony). A tree that
+// empties stays in the map, so that a name whose work comes and goes does
+// not reallocate its index every time; emptied trees are dropped in bulk
+// once they outnumber the live ones, so that names that never come back
+// do not accumulate. The sweep is amortised O(1) per emptying.
+type groups[N comparable, K ordered[K]] struct {
+	m     map[N]*btree[K]
+	empty int // trees in m holding nothing
+}
+
+// get returns the tree of name; nil or empty when name has nothing.
+func (g *groups[N, K]) get(name N) *btree[K] { return g.m[name] }
+
+func (g *groups[N, K]) add(name N, k K) {
+	if g.m == nil {
+		g.m = make(map[N]*btree[K])
+	}
+	t := g.m[name]
+	switch {
+	case t == nil:
+		t = &btree[K]{}
+		g.m[name] = t
+	case t.Len() == 0:
+		g.empty-- // an emptied tree comes back into use
+	}
+	t.insert(k)
+}
+
+func (g *groups[N, K]) remove(name N, k K) {
+	t := g.m[name]
+	if t == nil || !t.delete(k) || t.Len() > 0 {
+		return
+	}
+	g.empty++
+	if g.empty > 64 && g.empty > len(g.m)/2 {
+		for n, t := range g.m {
+			if t.Len() == 0 {
+				delete(g.m, n)
+			}
+		}
+		g.empty = 0
+	}
+}
+
+// begin runs the checks every method starts with, in order: a usable
+// context, the call's own validation (invalid, computed by the caller), and
+// a context not already done. A call that fails any of them touches nothing.
+func begin(ctx context.Context, invalid error) error {
+	if err := ledger.ValidateContext(ctx); err != nil {
+		return err
+	}
+	if invalid != nil {
+		return invalid
+	}
+	return ctx.Err()
+}
