@@ -52,8 +52,21 @@ var ledgerGroups = []struct {
 	name string
 	run  func(*testing.T, NewLedgerFunc)
 }{
-	// Filled in by the files of this package, one line per group, e.g.
-	// {"Enqueue", testEnqueue},
+	{"Enqueue", testEnqueue},
+	{"Lease", testLease},
+	{"Acknowledge", testAcknowledge},
+	{"MarkProcessed", testMarkProcessed},
+	{"RecordActivation", testRecordActivation},
+	{"MarkFailed", testMarkFailed},
+	{"Release", testRelease},
+	{"Expire", testExpire},
+	{"Abandon", testAbandon},
+	{"ExpireCeremony", testExpireCeremony},
+	{"Supersede", testSupersede},
+	{"Get", testGet},
+	{"List", testList},
+	{"Validation", testValidation},
+	{"Concurrency", testConcurrency},
 }
 
 // claimGroups lists the operation groups of TestClaimStore, one file each.
@@ -61,5 +74,13 @@ var claimGroups = []struct {
 	name string
 	run  func(*testing.T, NewClaimStoreFunc)
 }{
-	// e.g. {"ClaimPending", testClaimPending},
+	{"Enqueue", testOutboxEnqueue},
+	{"EnqueueBatch", testOutboxEnqueueBatch},
+	{"Save", testOutboxSave},
+	{"Find", testOutboxFind},
+	{"BaseCompletions", testOutboxBaseCompletions},
+	{"Claim", testClaim},
+	{"ClaimCompletions", testClaimCompletions},
+	{"Validation", testOutboxValidation},
+	{"Concurrency", testClaimConcurrency},
 }
