@@ -1,0 +1,426 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file is the outbox: the base OutboxStore methods and the claims of
+// ClaimStore. Transitions work like the delivery ones (transition.go):
+// lock the row, apply the state machine in Go, write back on a change.
+
+// Enqueue adds an entry for env (see ledger.OutboxStore), stamped with the
+// store's clock. The entry is committed when Enqueue returns without error
+// (under WithTx: when the caller commits).
+func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateEnvelope(env, o.s.cfg.maxPayload)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	rs, err := o.enqueue(ctx, "outbox enqueue", []ledger.Envelope{env})
+	if err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return rs[0], nil
+}
+
+// EnqueueBatch enqueues envs in one transaction (see
+// ledger.OutboxBatchEnqueuer): atomic for errors, one result per envelope
+// in order, a repeated idempotency key judged against the entry it names.
+func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateEnvelopeBatch(envs, o.s.cfg.maxPayload)); err != nil {
+		return nil, err
+	}
+	return o.enqueue(ctx, "outbox enqueue batch", envs)
+}
+
+// enqueue works like Store.enqueue, keyed by the entry ID each envelope's
+// idempotency key derives.
+func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
+	s := o.s
+	now := ledger.Normalize(s.cfg.clock())
+	var results []ledger.OutboxResult
+	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		records := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(envs))
+		var ids []ledger.OutboxEntryID
+		for _, env := range envs {
+			e := ledger.NewOutboxEntry(env, now)
+			if _, dup := records[e.ID]; !dup {
+				records[e.ID] = e
+				ids = append(ids, e.ID)
+			}
+		}
+		slices.Sort(ids) // as in Store.enqueue: no deadlock between batches
+		b := &pgx.Batch{}
+		for _, id := range ids {
+			r, err := newOutboxRow(records[id])
+			if err != nil {
+				return false, err
+			}
+			b.Queue(s.q.insertEntry, pointers(r.columns())...)
+		}
+		inserted, err := execBatch(ctx, tx, b)
+		if err != nil {
+			return false, err
+		}
+		var taken []string
+		fresh := make(map[ledger.OutboxEntryID]bool, len(ids))
+		for i, id := range ids {
+			fresh[id] = inserted[i]
+			if !inserted[i] {
+				taken = append(taken, string(id))
+			}
+		}
+		if len(taken) > 0 {
+			rows, err := tx.Query(ctx, s.q.entriesByID, taken)
+			if err != nil {
+				return false, err
+			}
+			existing, err := collectEntries(rows)
+			if err != nil {
+				return false, err
+			}
+			if len(existing) != len(taken) {
+				return false, errRowChanged
+			}
+			for _, e := range existing {
+				records[e.ID] = e
+			}
+		}
+		results = make([]ledger.OutboxResult, len(envs))
+		for i, env := range envs {
+			id := ledger.OutboxEntryIDFor(env.IdempotencyKey)
+			rec := records[id]
+			if fresh[id] {
+				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: rec.Clone()}
+				fresh[id] = false
+				continue
+			}
+			results[i] = ledger.OutboxResult{Outcome: rec.EnqueueAgain(env), Entry: rec.Clone()}
+		}
+		return len(taken) < len(ids), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// Save writes entry's mutable fields when its Version is current (see
+// ledger.OutboxStore): ErrConflict for a stale Version or an ended entry,
+// ErrNotFound for an unknown ID.
+func (o *Outbox) Save(ctx context.Context, entry ledger.OutboxEntry) (ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateSave(entry)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.base(ctx, "save", entry.ID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.Save(entry, now)
+	})
+}
+
+// FindByID returns one entry, or an error matching ledger.ErrNotFound.
+func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	var e ledger.OutboxEntry
+	err := o.s.read(ctx, "find by id", func(db dbtx) error {
+		var err error
+		e, err = scanEntry(db.QueryRow(ctx, o.s.q.getEntry, string(id)))
+		if noRows(err) {
+			return ledger.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return e, nil
+}
+
+// FindPending returns up to limit Pending entries, oldest first (see
+// ledger.OutboxStore).
+func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateFindPending(limit)); err != nil {
+		return nil, err
+	}
+	return o.find(ctx, "find pending", o.s.q.findPending, limit)
+}
+
+// FindRetryReady returns up to limit RetryScheduled or Deferred entries
+// due at now, earliest first (see ledger.OutboxStore).
+func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) ([]ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateFindRetryReady(now, limit)); err != nil {
+		return nil, err
+	}
+	return o.find(ctx, "find retry ready", o.s.q.findRetryReady, ledger.Normalize(now), limit)
+}
+
+func (o *Outbox) find(ctx context.Context, op, query string, args ...any) ([]ledger.OutboxEntry, error) {
+	var es []ledger.OutboxEntry
+	err := o.s.read(ctx, op, func(db dbtx) error {
+		rows, err := db.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		es, err = collectEntries(rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return es, nil
+}
+
+// MarkDelivered ends the entry as Delivered, ignoring any claim (see
+// ledger.OutboxStore).
+func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, result ledger.EmissionResult) (ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateMarkDelivered(id, result)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.base(ctx, "mark delivered", id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.MarkDelivered(result, now)
+	})
+}
+
+// MarkFailed records a failed emission: RetryScheduled at nextRetry, or
+// Failed when nextRetry is nil (see ledger.OutboxStore).
+func (o *Outbox) MarkFailed(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.base(ctx, "mark failed", id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.MarkFailed(emissionErr, nextRetry, now)
+	})
+}
+
+// MarkDeadLettered ends the entry as DeadLettered (see ledger.OutboxStore).
+func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, reason string) (ledger.OutboxEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return o.base(ctx, "mark dead lettered", id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+		return e.MarkDeadLettered(emissionErr, reason, now)
+	})
+}
+
+// base runs a base-contract transition on the locked entry id, stamped
+// with the store's clock: ErrNotFound when there is none, the state
+// machine's error (ErrConflict), and a write only when the entry changed
+// (a repeat of the completion that ended it changes nothing). On any
+// error it returns the zero entry.
+func (o *Outbox) base(ctx context.Context, op string, id ledger.OutboxEntryID, step func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error)) (ledger.OutboxEntry, error) {
+	s := o.s
+	var out ledger.OutboxEntry
+	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		out = ledger.OutboxEntry{}
+		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(id)))
+		if noRows(err) {
+			return false, ledger.ErrNotFound
+		}
+		if err != nil {
+			return false, err
+		}
+		out = old
+		e, err := step(old, ledger.Normalize(s.cfg.clock()))
+		if err != nil {
+			return false, err
+		}
+		if e.Version == old.Version {
+			return false, nil
+		}
+		out = e
+		return true, s.writeEntry(ctx, tx, old.Version, e)
+	})
+	if err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return out, nil
+}
+
+// ClaimPending claims Pending entries (see ledger.ClaimStore) in one
+// statement that skips rows other workers hold; they come oldest first.
+func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	return o.claim(ctx, "claim pending", o.s.q.claimPending, req, ledger.OutboxEntry.PendingBefore)
+}
+
+// ClaimRetryReady claims due RetryScheduled and Deferred entries (see
+// ledger.ClaimStore); they come earliest due first.
+func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req, ledger.OutboxEntry.RetryBefore)
+}
+
+// claim runs a claim statement (ledger.OutboxEntry.Grant in SQL, see
+// outboxGrantSet) and returns the claims in the order less gives.
+func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest, less func(a, b ledger.OutboxEntry) bool) ([]ledger.ClaimedEntry, error) {
+	s := o.s
+	now := ledger.Normalize(req.Now)
+	tokens := make([]string, req.Limit)
+	for i := range tokens {
+		tokens[i] = string(ledger.NewToken())
+	}
+	var out []ledger.ClaimedEntry
+	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		out = nil
+		rows, err := tx.Query(ctx, query, now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)))
+		if err != nil {
+			return false, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r outboxRow
+			if err := rows.Scan(pointers(r.columns())...); err != nil {
+				return false, err
+			}
+			e := r.entry()
+			if e.Claim == nil {
+				return false, errRowChanged
+			}
+			out = append(out, ledger.ClaimedEntry{Claim: *e.Claim, Entry: e})
+		}
+		if err := rows.Err(); err != nil {
+			return false, err
+		}
+		return len(out) > 0, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// UPDATE ... RETURNING has no order; claims do not change the order
+	// keys, so the state machine's comparison of the new records is the
+	// order of selection.
+	sort.Slice(out, func(i, j int) bool { return less(out[i].Entry, out[j].Entry) })
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// claimApply is the state machine step of one claim completion.
+type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome)
+
+// completeClaim runs apply on the locked entry of claim, stamped with the
+// store's clock: OutcomeNotFound when there is none, a write only on
+// OutcomeApplied.
+func (o *Outbox) completeClaim(ctx context.Context, op string, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
+	s := o.s
+	var res ledger.OutboxResult
+	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		res = ledger.OutboxResult{}
+		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(claim.EntryID)))
+		if noRows(err) {
+			res.Outcome = ledger.OutcomeNotFound
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		e, outcome := apply(old, ledger.Normalize(s.cfg.clock()))
+		if outcome != ledger.OutcomeApplied {
+			res = ledger.OutboxResult{Outcome: outcome, Entry: old}
+			return false, nil
+		}
+		res = ledger.OutboxResult{Outcome: outcome, Entry: e}
+		return true, s.writeEntry(ctx, tx, old.Version, e)
+	})
+	if err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return res, nil
+}
+
+// MarkClaimDelivered ends the claimed entry as Delivered (see
+// ledger.ClaimStore).
+func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, result ledger.EmissionResult) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.completeClaim(ctx, "mark claim delivered", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.MarkClaimDelivered(claim, result, now)
+	})
+}
+
+// MarkClaimFailed records a failed emission under the claim (see
+// ledger.ClaimStore).
+func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.completeClaim(ctx, "mark claim failed", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
+	})
+}
+
+// MarkClaimDeadLettered ends the claimed entry as DeadLettered (see
+// ledger.ClaimStore).
+func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.completeClaim(ctx, "mark claim dead lettered", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
+	})
+}
+
+// ReleaseClaim gives the claim back without counting the attempt (see
+// ledger.ClaimStore). reason is not stored.
+func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.completeClaim(ctx, "release claim", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.ReleaseClaim(claim, now)
+	})
+}
+
+// SaveClaim writes a provider-directed transition under the claim (see
+// ledger.ClaimStore). An entry whose ID is not the claim's is ErrInvalid:
+// the call would otherwise write one entry's fields onto another.
+func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger.OutboxEntry) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
+		return ledger.OutboxResult{}, err
+	}
+	return o.completeClaim(ctx, "save claim", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+		return e.SaveClaim(claim, entry, now)
+	})
+}
+
+func scanEntry(row scanner) (ledger.OutboxEntry, error) {
+	var r outboxRow
+	if err := row.Scan(pointers(r.columns())...); err != nil {
+		return ledger.OutboxEntry{}, err
+	}
+	return r.entry(), nil
+}
+
+// collectEntries scans every row; nil when there are none.
+func collectEntries(rows pgx.Rows) ([]ledger.OutboxEntry, error) {
+	return pgx.AppendRows([]ledger.OutboxEntry(nil), rows, func(row pgx.CollectableRow) (ledger.OutboxEntry, error) { return scanEntry(row) })
+}
+
+// writeEntry writes e back, guarded by the version read under its lock.
+func (s *Store) writeEntry(ctx context.Context, tx pgx.Tx, oldVersion int64, e ledger.OutboxEntry) error {
+	r, err := newOutboxRow(e)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, s.q.updateEntry, updateArgs(oldVersion, pointers(r.columns()))...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return errRowChanged
+	}
+	return nil
+}

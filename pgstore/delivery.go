@@ -1,0 +1,241 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file holds the Ledger methods that enqueue, lease, transition one
+// delivery, and read. The sweeps are in sweep.go.
+
+// Enqueue offers a delivery (see ledger.Ledger). The record is committed
+// when Enqueue returns without error (under WithTx: when the caller
+// commits).
+func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	rs, err := s.enqueue(ctx, "enqueue", []ledger.EnqueueRequest{req}, now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return rs[0], nil
+}
+
+// EnqueueBatch enqueues reqs in one transaction (see ledger.BatchEnqueuer):
+// one invalid request is ErrInvalid and nothing is written; otherwise one
+// result per request, in order, and a request whose ID came earlier in the
+// batch is judged against the record that ID holds.
+func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
+		return nil, err
+	}
+	return s.enqueue(ctx, "enqueue batch", reqs, now)
+}
+
+// enqueue inserts the first request of every ID (INSERT ... ON CONFLICT DO
+// NOTHING, pipelined in one round trip), reads the records that already
+// held an ID, and answers each request against the record its ID holds.
+func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
+	now = ledger.Normalize(now)
+	var results []ledger.DeliveryResult
+	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		records := make(map[ledger.DeliveryID]ledger.Delivery, len(reqs))
+		var ids []ledger.DeliveryID
+		for _, req := range reqs {
+			if _, dup := records[req.ID]; !dup {
+				records[req.ID] = ledger.NewDelivery(req, s.cfg.defaults, now)
+				ids = append(ids, req.ID)
+			}
+		}
+		// Insert in ID order, so that two batches sharing IDs wait for each
+		// other in the same order instead of deadlocking.
+		slices.Sort(ids)
+		b := &pgx.Batch{}
+		for _, id := range ids {
+			r, err := newDeliveryRow(records[id])
+			if err != nil {
+				return false, err
+			}
+			b.Queue(s.q.insertDelivery, pointers(r.columns())...)
+		}
+		inserted, err := execBatch(ctx, tx, b)
+		if err != nil {
+			return false, err
+		}
+		var taken []string
+		for i, id := range ids {
+			if !inserted[i] {
+				taken = append(taken, string(id))
+			}
+		}
+		if len(taken) > 0 {
+			rows, err := tx.Query(ctx, s.q.deliveriesByID, taken)
+			if err != nil {
+				return false, err
+			}
+			existing, err := collectDeliveries(rows)
+			if err != nil {
+				return false, err
+			}
+			if len(existing) != len(taken) {
+				// An ID conflicted but its row is gone: it was purged in
+				// between. Not a business outcome; the caller may retry.
+				return false, errRowChanged
+			}
+			for _, d := range existing {
+				records[d.ID] = d
+			}
+		}
+		fresh := make(map[ledger.DeliveryID]bool, len(ids))
+		for i, id := range ids {
+			fresh[id] = inserted[i]
+		}
+		results = make([]ledger.DeliveryResult, len(reqs))
+		for i, req := range reqs {
+			rec := records[req.ID]
+			if fresh[req.ID] {
+				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: rec.Clone()}
+				fresh[req.ID] = false // later requests with this ID are judged against it
+				continue
+			}
+			results[i] = ledger.DeliveryResult{Outcome: rec.EnqueueAgain(req, s.cfg.defaults), Delivery: rec.Clone()}
+		}
+		return len(taken) < len(ids), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// Lease hands out offerable deliveries (see ledger.Ledger). In one
+// transaction it first applies the incarnation rule (the agent's leases
+// under other incarnations, locked and reclaimed with
+// ledger.Delivery.Reclaim), then grants up to limit deliveries in one
+// statement that skips rows other callers hold, so two concurrent calls
+// never get the same delivery. Leased comes oldest AvailableAt first,
+// then by ID; Reclaimed in ID order.
+func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (ledger.LeaseResult, error) {
+	if err := s.check(ctx, ledger.ValidateLease(filter, owner, now, duration, limit)); err != nil {
+		return ledger.LeaseResult{}, err
+	}
+	now = ledger.Normalize(now)
+	var res ledger.LeaseResult
+	err := s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
+		res = ledger.LeaseResult{}
+		for after := ""; ; {
+			changed, last, more, err := s.sweepBatch(ctx, tx, s.q.reclaimable, after, []any{owner.Agent, owner.Incarnation},
+				func(d ledger.Delivery) (ledger.Delivery, bool) {
+					if !d.HeldByOtherIncarnation(owner) {
+						return d, false
+					}
+					return d.Reclaim(owner, now), true
+				})
+			if err != nil {
+				return false, err
+			}
+			res.Reclaimed = append(res.Reclaimed, changed...)
+			if !more {
+				break
+			}
+			after = last
+		}
+		leased, err := s.grant(ctx, tx, filter, owner, now, duration, limit)
+		if err != nil {
+			return false, err
+		}
+		res.Leased = leased
+		return res.Applied(), nil
+	})
+	if err != nil {
+		return ledger.LeaseResult{}, err
+	}
+	return res, nil
+}
+
+// grant runs the lease statement (ledger.Delivery.Grant in SQL, see
+// deliveryGrantSet) and returns the grants in delivery order.
+func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) ([]ledger.LeasedDelivery, error) {
+	tokens := make([]string, limit)
+	for i := range tokens {
+		tokens[i] = string(ledger.NewToken())
+	}
+	f := expiredLeaseFailure()
+	args := []any{now, limit, tokens, owner.Agent, owner.Incarnation, now.Add(duration.Truncate(time.Microsecond)),
+		string(f.Kind), f.Message, f.Permanent}
+	byTargets, byCeremony := len(filter.Targets) > 0, filter.Ceremony != ""
+	if byTargets {
+		ts := make([]string, len(filter.Targets))
+		for i, t := range filter.Targets {
+			ts[i] = string(t)
+		}
+		args = append(args, ts)
+	}
+	if byCeremony {
+		args = append(args, string(filter.Ceremony))
+	}
+	rows, err := tx.Query(ctx, s.q.lease[b2i(byTargets)][b2i(byCeremony)], args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.LeasedDelivery
+	var before []ledger.Delivery // each grant as it was offered, for the order
+	for rows.Next() {
+		var r deliveryRow
+		var wasAvailable time.Time
+		if err := rows.Scan(append(pointers(r.columns()), &wasAvailable)...); err != nil {
+			return nil, err
+		}
+		d := r.delivery()
+		if d.Lease == nil {
+			return nil, errRowChanged
+		}
+		out = append(out, ledger.LeasedDelivery{Lease: *d.Lease, Delivery: d})
+		before = append(before, ledger.Delivery{ID: d.ID, AvailableAt: ledger.Normalize(wasAvailable)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// UPDATE ... RETURNING has no order: restore the one the contract
+	// promises, with the state machine's own comparison.
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return before[idx[a]].OfferedBefore(before[idx[b]]) })
+	if len(out) == 0 {
+		return nil, nil
+	}
+	sorted := make([]ledger.LeasedDelivery, len(out))
+	for i, j := range idx {
+		sorted[i] = out[j]
+	}
+	return sorted, nil
+}
+
+// expiredLeaseFailure returns the failure ledger.Delivery.Grant records
+// when it takes over an expired lease, probed from Grant itself so that
+// the SQL grant writes exactly what the state machine would. Its Owner
+// and At (the old lease's holder and expiry) come from the row.
+func expiredLeaseFailure() ledger.Failure {
+	t := time.Unix(1, 0).UTC()
+	d := ledger.Delivery{
+		ID:     "probe",
+		State:  ledger.DeliveryStateLeased,
+		Policy: ledger.Policy{MaxAttempts: 2},
+		Lease:  &ledger.Lease{DeliveryID: "probe", Seq: 1, ExpiresAt: t},
+	}
+	g, _ := d.Grant(ledger.Owner{Agent: "probe", Incarnation: "probe"}, "probe", t, time.Second)
+	if g.LastFailure == nil {
+		return ledger.Failure{}
+	}
+	return *g.LastFailure
+}

@@ -1,0 +1,93 @@
+// Package pgstore is the PostgreSQL store of both ledger contracts, for
+// production workers on many machines, through pgx/v5.
+//
+// A Store is a ledger.Ledger and a ledger.BatchEnqueuer; its Outbox is a
+// ledger.ClaimStore and a ledger.OutboxBatchEnqueuer over the same pool
+// and schema. (One Go type cannot be both contracts: both have Enqueue and
+// MarkFailed, with different signatures.) Both pass the public conformance
+// suite in package ledgertest.
+//
+// # Setup
+//
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	store, err := pgstore.New(pool, pgstore.WithSchema("leaseledger"))
+//	err = store.Migrate(ctx) // idempotent; safe from many processes at once
+//	outbox := store.Outbox()
+//
+// Migrate creates the schema when it is missing and applies the embedded,
+// versioned migrations (migrations/NNNN_name.sql) in one transaction under
+// a transaction-scoped advisory lock, recording them in
+// schema_migrations. Every statement names the schema, so the store works
+// whatever the connection's search_path. It needs PostgreSQL 13 or newer.
+//
+// # The model
+//
+// SQL chooses which rows a call touches and in what order; the root
+// package's pure transition functions decide what happens to them, so
+// pgstore and memstore produce the same records and outcomes for the same
+// calls. A single-record transition is one transaction that locks the row
+// (SELECT ... FOR UPDATE), applies the state machine in Go and writes the
+// new record back only when the call applied, re-checking the version it
+// read; a call that does not apply writes nothing. Lease and the claims
+// are one statement each (FOR UPDATE SKIP LOCKED, then UPDATE ...
+// RETURNING), so concurrent callers on any number of machines never get
+// the same record; that statement is the grant transition written in SQL,
+// and a test compares it with ledger.Delivery.Grant and
+// ledger.OutboxEntry.Grant field by field. Sweeps (Expire, ExpireCeremony,
+// Supersede and Lease's incarnation rule) lock their candidates in ID
+// order in batches of 500 (FOR UPDATE, not SKIP LOCKED: a sweep waits for
+// a row another call holds rather than miss it) and commit each batch on
+// its own, so a large backlog never holds thousands of locks at once; when
+// a batch fails, the batches before it stay applied and the next sweep
+// picks up the rest.
+//
+// Every time is the caller's now, normalised to UTC microseconds; the
+// store never reads the database clock or the wall clock for a decision.
+// The outbox methods that carry no now stamp their timestamps with the
+// clock of WithClock.
+//
+// # Transactions
+//
+// WithTx runs the store's calls inside the caller's pgx.Tx, so that an
+// enqueue or a transition commits or rolls back with the caller's own
+// writes (the transactional outbox). Each call then runs in a savepoint;
+// the store never commits or rolls back the caller's transaction, and a
+// failed call leaves it usable.
+//
+//	tx, err := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	// ... the caller's business writes on tx ...
+//	_, err = store.WithTx(tx).Outbox().Enqueue(ctx, env)
+//	err = tx.Commit(ctx)
+//
+// # Errors
+//
+// Business answers are outcomes, never errors. An error is ErrInvalid for
+// a malformed call (nothing touched the database), ErrNotFound and
+// ErrConflict where the contracts say so, or a store failure wrapped as
+// "pgstore: <operation>: ..." that still matches context.Canceled,
+// context.DeadlineExceeded and *pgconn.PgError with errors.Is and
+// errors.As. A call retries its transaction, a bounded number of times
+// (WithMaxRetries), only after errors that cannot have applied anything:
+// not sent at all (pgconn.SafeToRetry), serialization failure (40001) or
+// deadlock (40P01); never inside a caller's transaction. A call whose
+// context is cancelled or whose connection is lost returns an error and
+// leaves no half-applied transition. When the connection is lost during
+// COMMIT the outcome is unknown; repeating the call tells, since a call
+// that had applied answers Repeated.
+//
+// # Guarantees and limits
+//
+// A record is durable (committed) when Enqueue returns without error, or
+// when the caller commits under WithTx. Leases and claims are row state
+// only: no session locks, no advisory session locks and no transaction
+// outlive a call, and nothing depends on session state, so the store works
+// through PgBouncer in transaction pooling mode (with prepared statements
+// supported by PgBouncer 1.21 or newer, or a pool configured with
+// pgx.QueryExecModeExec). Delivery is at least once: a holder that stalls
+// past its lease can still be working when another takes the delivery over;
+// tokens, lease sequence numbers and processing fences are the hard
+// guards, and claims do not make provider delivery exactly-once. The
+// caller's clock is trusted: workers with skewed clocks see leases expire
+// at their own times.
+package pgstore

@@ -1,0 +1,143 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file is the one place that decides what a driver error means:
+// which errors are retried, how every error is wrapped, and how a call's
+// transaction is run.
+
+// SQLSTATE codes that are safe to retry: the transaction was rolled back
+// as a whole, so running it again cannot apply anything twice.
+const (
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+)
+
+// retryable reports whether a failed transaction may be run again: the
+// error happened before anything was sent, or the server rolled the
+// transaction back because of a serialization failure or a deadlock. An
+// error during COMMIT (the outcome is unknown) or a lost connection after
+// a statement was sent is never retried.
+func retryable(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == sqlstateSerializationFailure || pgErr.Code == sqlstateDeadlockDetected
+	}
+	return false
+}
+
+// wrap names the operation in err, keeping it inspectable with errors.Is
+// and errors.As (context.Canceled, *pgconn.PgError, ledger.ErrNotFound...).
+// When ctx is done but the driver's error does not say so, the context's
+// error is added, so that a cancelled call always matches context.Canceled.
+func wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("pgstore: %s: %w: %w", op, ctxErr, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// errRowChanged means a write-back found the row at another version than
+// the one read under its lock: a bug (or someone editing the table by
+// hand), never a business outcome. The transaction is rolled back.
+var errRowChanged = errors.New("row changed under its lock")
+
+// txFunc is one atomic unit of a call. It reports whether it wrote
+// anything that must be kept: when it did not, the unit is rolled back,
+// which also discards any placeholder it inserted only to lock (see
+// MarkProcessed), so a call that does not apply writes nothing.
+type txFunc func(tx pgx.Tx) (write bool, err error)
+
+// inTx runs fn in a transaction of its own on the pool, or in a savepoint
+// of the caller's transaction (WithTx), and commits it (releases the
+// savepoint) when fn asks to. On the pool a safely retryable failure runs
+// fn again, up to the configured number of times; fn must therefore reset
+// whatever it collects at its start.
+func (s *Store) inTx(ctx context.Context, op string, fn txFunc) error {
+	return s.retry(ctx, op, func() error { return s.runTx(ctx, fn) })
+}
+
+// read runs a read-only fn directly on the pool or the caller's
+// transaction, retried like inTx.
+func (s *Store) read(ctx context.Context, op string, fn func(db dbtx) error) error {
+	return s.retry(ctx, op, func() error { return fn(s.db) })
+}
+
+// retry runs attempt until it succeeds, fails with an error that is not
+// safe to retry, the retries are used up or ctx is done, and wraps the
+// final error with op.
+func (s *Store) retry(ctx context.Context, op string, attempt func() error) error {
+	for n := 0; ; n++ {
+		err := attempt()
+		if err == nil {
+			return nil
+		}
+		if s.callerTx || n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) {
+			return wrap(ctx, op, err)
+		}
+		if werr := backoff(ctx, n); werr != nil {
+			return wrap(ctx, op, errors.Join(err, werr))
+		}
+	}
+}
+
+// runTx is one attempt of inTx.
+func (s *Store) runTx(ctx context.Context, fn txFunc) (err error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// Roll back even when ctx is done, so a savepoint of the
+			// caller's transaction is undone and the transaction stays
+			// usable; bounded, as the connection may be gone.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+	}()
+	write, err := fn(tx)
+	if err != nil {
+		return err
+	}
+	if !write {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return tx.Rollback(rctx)
+	}
+	return tx.Commit(ctx)
+}
+
+// backoff waits before retry n+1: a few milliseconds, doubling, with
+// jitter so that two transactions that deadlocked do not meet again.
+func backoff(ctx context.Context, n int) error {
+	d := time.Duration(2<<min(n, 6)) * time.Millisecond
+	d += rand.N(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// noRows reports whether err says a query found no row.
+func noRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,0 +1,256 @@
+package pgstore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file is all of the store's SQL. Every statement is built once, in
+// newQueries, from the fragments below with the store's schema quoted as
+// an identifier; methods only pick a statement and pass parameters. The
+// column lists come from the row structs in row.go.
+//
+// Parameter conventions: the grant statements and FindRetryReady take $1
+// the caller's now and $2 the limit, so the predicate fragments read the
+// same wherever they are used; the sweeps take $1 the keyset (the last ID
+// of the previous batch), $2 the batch size, then their own arguments.
+
+// Predicates shared by several statements. Each one has a partial index
+// in migrations/0001_init.sql.
+const (
+	// offerableWhere mirrors ledger.Delivery.Offerable: a Leased delivery's
+	// available_at is its lease expiry (a CHECK constraint holds it there).
+	offerableWhere = `state IN ('offered', 'leased') AND available_at <= $1 AND attempts < max_attempts`
+	// offerableOrder mirrors ledger.Delivery.OfferedBefore.
+	offerableOrder = `available_at, id`
+	// expirableWhere mirrors ledger.Delivery.Expirable (a sweep: $3 is now).
+	expirableWhere = `((state = 'leased' AND lease_expires_at <= $3) OR (state = 'acknowledged' AND ack_deadline <= $3))`
+	// openWhere: every open state.
+	openWhere = `state IN ('offered', 'leased', 'acknowledged')`
+	// supersedableWhere mirrors ledger.Delivery.Supersedable.
+	supersedableWhere = `state IN ('offered', 'leased')`
+
+	// pendingWhere and pendingOrder mirror OutboxEntry.PendingClaimable
+	// (with unclaimedWhere) and PendingBefore.
+	pendingWhere = `status = 'pending'`
+	pendingOrder = `created_at, id`
+	// retryReadyWhere and retryOrder mirror OutboxEntry.RetryReady and
+	// RetryBefore.
+	retryReadyWhere = `status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1`
+	retryOrder      = `next_attempt_at, id`
+	// unclaimedWhere: no claim in force at $1.
+	unclaimedWhere = `(claim_token IS NULL OR claim_expires_at <= $1)`
+)
+
+// deliveryGrantSet expresses ledger.Delivery.Grant in SQL (the right-hand
+// sides read the row as it was). Parameters: $1 now, $4 agent, $5
+// incarnation, $6 expiry, $7..$9 the failure kind, message and permanence
+// that Grant records when it takes over an expired lease (probed from
+// Grant itself, see grantProbe). The token comes from the granted CTE.
+// A test compares the result with Grant field by field.
+const deliveryGrantSet = `
+	state = 'leased',
+	attempts = d.attempts + 1,
+	lease_seq = d.lease_seq + 1,
+	lease_agent = $4,
+	lease_incarnation = $5,
+	lease_token = granted.token,
+	lease_granted_at = $1,
+	lease_expires_at = $6,
+	available_at = $6,
+	ended_lease_token = NULL,
+	ended_lease_seq = NULL,
+	ended_lease_op = NULL,
+	ended_lease_at = NULL,
+	last_failure_kind = CASE WHEN d.state = 'leased' THEN $7 ELSE d.last_failure_kind END,
+	last_failure_message = CASE WHEN d.state = 'leased' THEN $8 ELSE d.last_failure_message END,
+	last_failure_permanent = CASE WHEN d.state = 'leased' THEN $9::boolean ELSE d.last_failure_permanent END,
+	last_failure_agent = CASE WHEN d.state = 'leased' THEN d.lease_agent ELSE d.last_failure_agent END,
+	last_failure_incarnation = CASE WHEN d.state = 'leased' THEN d.lease_incarnation ELSE d.last_failure_incarnation END,
+	last_failure_at = CASE WHEN d.state = 'leased' THEN d.lease_expires_at ELSE d.last_failure_at END,
+	updated_at = $1,
+	version = d.version + 1`
+
+// outboxGrantSet expresses ledger.OutboxEntry.Grant in SQL. Parameters: $1
+// now, $4 worker, $5 expiry.
+const outboxGrantSet = `
+	attempts = d.attempts + 1,
+	claim_seq = d.claim_seq + 1,
+	claim_worker = $4,
+	claim_token = granted.token,
+	claim_claimed_at = $1,
+	claim_expires_at = $5,
+	ended_claim_token = NULL,
+	ended_claim_seq = NULL,
+	ended_claim_op = NULL,
+	ended_claim_at = NULL,
+	updated_at = $1,
+	version = d.version + 1`
+
+// grantTemplate picks up to $2 rows of table %[1]s matching %[2]s in order
+// %[3]s, skipping rows other callers hold, pairs them with the tokens in
+// $3, and applies the grant %[4]s to them, all in one statement, returning
+// the columns %[5]s. %[6]s names extra picked columns carried through to
+// RETURNING (as they were before the grant): Lease needs each delivery's
+// available_at as it was offered, which is its delivery order.
+const grantTemplate = `
+WITH picked AS (
+	SELECT id%[6]s FROM %[1]s
+	WHERE %[2]s
+	ORDER BY %[3]s
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), granted AS (
+	SELECT p.*, t.token
+	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
+	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
+)
+UPDATE %[1]s AS d SET %[4]s
+FROM granted
+WHERE d.id = granted.id
+RETURNING %[5]s`
+
+// queries holds every statement of one store, for one schema.
+type queries struct {
+	getDelivery, lockDelivery, deliveriesByID      string
+	insertDelivery, updateDelivery, listDeliveries string
+	// lease[byTargets][byCeremony] grants offerable deliveries; the
+	// filters take $10 (targets) and then the next number (ceremony).
+	lease                                     [2][2]string
+	reclaimable, expirable, ceremonyOpen      string
+	supersedable                              string
+	ensureFence, lockFence, setFence          string
+	getEntry, lockEntry, entriesByID          string
+	insertEntry, updateEntry                  string
+	findPending, findRetryReady               string
+	claimPending, claimRetryReady             string
+	migrationsTableExists, appliedMigrations  string
+	recordMigration, createSchema, advisoryXL string
+}
+
+// newQueries builds the statements for schema, which New has validated.
+func newQueries(schema string) *queries {
+	s := pgx.Identifier{schema}.Sanitize()
+	deliveries, fences, outbox := s+".deliveries", s+".target_fences", s+".outbox_entries"
+	dcols := columnNames((&deliveryRow{}).columns())
+	ocols := columnNames((&outboxRow{}).columns())
+
+	selectFrom := func(cols []string, table string) string {
+		return "SELECT " + strings.Join(cols, ", ") + " FROM " + table
+	}
+	// sweep selects the next batch of up to $2 rows after the keyset $1,
+	// locked (never skipped: a sweep must not miss rows), in id order, for
+	// a sweep that applies the state machine in Go.
+	sweep := func(where string) string {
+		return selectFrom(dcols, deliveries) + " WHERE " + where + " AND id > $1 ORDER BY id LIMIT $2 FOR UPDATE"
+	}
+	grant := func(table, where, order, set string, cols []string, was string) string {
+		picked, returning := "", qualified("d", cols)
+		if was != "" {
+			picked, returning = ", "+was+" AS was", returning+", granted.was"
+		}
+		return fmt.Sprintf(grantTemplate, table, where, order, set, returning, picked)
+	}
+
+	q := &queries{
+		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
+		lockDelivery:   selectFrom(dcols, deliveries) + " WHERE id = $1 FOR UPDATE",
+		deliveriesByID: selectFrom(dcols, deliveries) + " WHERE id = ANY($1::text[])",
+		insertDelivery: insert(deliveries, dcols),
+		updateDelivery: update(deliveries, dcols),
+		listDeliveries: selectFrom(dcols, deliveries) + ` WHERE id > $1
+			AND (cardinality($2::text[]) = 0 OR target = ANY($2::text[]))
+			AND ($3::text IS NULL OR ceremony = $3::text)
+			AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
+			ORDER BY id LIMIT $5`,
+		// The incarnation rule mirrors ledger.Delivery.HeldByOtherIncarnation.
+		reclaimable:  sweep(`state = 'leased' AND lease_agent = $3 AND lease_incarnation <> $4`),
+		expirable:    sweep(expirableWhere),
+		ceremonyOpen: sweep(openWhere + ` AND ceremony = $3`),
+		supersedable: sweep(supersedableWhere + ` AND target = $3`),
+
+		ensureFence: "INSERT INTO " + fences + " (target) VALUES ($1) ON CONFLICT (target) DO NOTHING",
+		lockFence:   "SELECT highest FROM " + fences + " WHERE target = $1 FOR UPDATE",
+		setFence:    "UPDATE " + fences + " SET highest = $2 WHERE target = $1",
+
+		getEntry:        selectFrom(ocols, outbox) + " WHERE id = $1",
+		lockEntry:       selectFrom(ocols, outbox) + " WHERE id = $1 FOR UPDATE",
+		entriesByID:     selectFrom(ocols, outbox) + " WHERE id = ANY($1::text[])",
+		insertEntry:     insert(outbox, ocols),
+		updateEntry:     update(outbox, ocols),
+		findPending:     selectFrom(ocols, outbox) + " WHERE " + pendingWhere + " ORDER BY " + pendingOrder + " LIMIT $1",
+		findRetryReady:  selectFrom(ocols, outbox) + " WHERE " + retryReadyWhere + " ORDER BY " + retryOrder + " LIMIT $2",
+		claimPending:    grant(outbox, pendingWhere+" AND "+unclaimedWhere, pendingOrder, outboxGrantSet, ocols, ""),
+		claimRetryReady: grant(outbox, retryReadyWhere+" AND "+unclaimedWhere, retryOrder, outboxGrantSet, ocols, ""),
+
+		createSchema: "CREATE SCHEMA IF NOT EXISTS " + s,
+		advisoryXL:   "SELECT pg_catalog.pg_advisory_xact_lock($1)",
+		migrationsTableExists: `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables
+			WHERE schemaname = $1 AND tablename = 'schema_migrations')`,
+		appliedMigrations: "SELECT version FROM " + s + ".schema_migrations ORDER BY version",
+		recordMigration:   "INSERT INTO " + s + ".schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+	}
+	for _, byTargets := range []bool{false, true} {
+		for _, byCeremony := range []bool{false, true} {
+			where, next := offerableWhere, 10
+			if byTargets {
+				where += fmt.Sprintf(" AND target = ANY($%d::text[])", next)
+				next++
+			}
+			if byCeremony {
+				where += fmt.Sprintf(" AND ceremony = $%d", next)
+			}
+			q.lease[b2i(byTargets)][b2i(byCeremony)] = grant(deliveries, where, offerableOrder, deliveryGrantSet, dcols, "available_at")
+		}
+	}
+	return q
+}
+
+// insert returns an INSERT of every column that does nothing when the ID
+// is taken; the caller tells by the rows affected.
+func insert(table string, cols []string) string {
+	return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+		placeholders(1, len(cols)) + ") ON CONFLICT (id) DO NOTHING"
+}
+
+// update returns the write-back of a whole record: $1 the ID, $2 the
+// version the caller read (under its row lock, so the check is a second
+// guard, never the first), then every column but id. cols must start with
+// id.
+func update(table string, cols []string) string {
+	return "UPDATE " + table + " SET (" + strings.Join(cols[1:], ", ") + ") = (" +
+		placeholders(3, len(cols)-1) + ") WHERE id = $1 AND version = $2"
+}
+
+// updateArgs returns the arguments of an update statement for a row whose
+// column pointers are ptrs (id first).
+func updateArgs(oldVersion int64, ptrs []any) []any {
+	args := make([]any, 0, len(ptrs)+1)
+	args = append(args, ptrs[0], oldVersion)
+	return append(args, ptrs[1:]...)
+}
+
+func placeholders(from, n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = fmt.Sprintf("$%d", from+i)
+	}
+	return strings.Join(ps, ", ")
+}
+
+func qualified(alias string, cols []string) string {
+	qs := make([]string, len(cols))
+	for i, c := range cols {
+		qs[i] = alias + "." + c
+	}
+	return strings.Join(qs, ", ")
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

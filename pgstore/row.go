@@ -1,0 +1,414 @@
+package pgstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file maps records to table rows and back. A row struct lists its
+// fields in column order (columns returns the name and a pointer for each),
+// so one list drives the SELECT, INSERT and UPDATE column lists in
+// query.go, the Scan destinations and the statement arguments: the order
+// cannot drift between them.
+//
+// Mapping rules: a zero time is NULL; a nil nested struct is NULL in all
+// of its columns, and it is present exactly when its key column (lease
+// token, ack agent, failure kind, ...) is not NULL; an empty payload and
+// an empty ceremony are NULL; durations are microseconds.
+
+// column names one table column and points at the row field it maps to.
+type column struct {
+	name string
+	ptr  any
+}
+
+// columnNames returns the names of cols, in order.
+func columnNames(cols []column) []string {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.name
+	}
+	return names
+}
+
+// pointers returns the field pointers of cols, in order: Scan
+// destinations, and statement arguments (pgx writes a nil pointer as NULL).
+func pointers(cols []column) []any {
+	ptrs := make([]any, len(cols))
+	for i, c := range cols {
+		ptrs[i] = c.ptr
+	}
+	return ptrs
+}
+
+// deliveryRow is one row of the deliveries table.
+type deliveryRow struct {
+	ID, Target                                 string
+	Ceremony                                   *string
+	Payload                                    []byte
+	MaxAttempts                                int64
+	BackoffBaseUS, BackoffMaxUS, AckWindowUS   int64
+	State                                      string
+	Attempts                                   int64
+	AvailableAt                                time.Time
+	LeaseSeq                                   int64
+	LeaseAgent, LeaseIncarnation, LeaseToken   *string
+	LeaseGrantedAt, LeaseExpiresAt             *time.Time
+	EndedLeaseToken                            *string
+	EndedLeaseSeq                              *int64
+	EndedLeaseOp                               *string
+	EndedLeaseAt                               *time.Time
+	AckAgent, AckIncarnation, AckObservation   *string
+	AckAt, AckDeadline                         *time.Time
+	ProcessingAction                           *string
+	ProcessingFence                            *int64
+	ProcessingAt                               *time.Time
+	Activations                                int64
+	LastActivationResult, LastActivationDetail *string
+	LastActivationAt                           *time.Time
+	LastFailureKind, LastFailureMessage        *string
+	LastFailurePermanent                       *bool
+	LastFailureAgent, LastFailureIncarnation   *string
+	LastFailureAt                              *time.Time
+	CauseKind, CauseDetail                     *string
+	CreatedAt, UpdatedAt                       time.Time
+	EndedAt                                    *time.Time
+	Version                                    int64
+}
+
+// columns lists r's columns in table order; id comes first and version
+// last, which the UPDATE statement in query.go relies on.
+func (r *deliveryRow) columns() []column {
+	return []column{
+		{"id", &r.ID}, {"target", &r.Target}, {"ceremony", &r.Ceremony}, {"payload", &r.Payload},
+		{"max_attempts", &r.MaxAttempts}, {"backoff_base_us", &r.BackoffBaseUS},
+		{"backoff_max_us", &r.BackoffMaxUS}, {"ack_window_us", &r.AckWindowUS},
+		{"state", &r.State}, {"attempts", &r.Attempts}, {"available_at", &r.AvailableAt},
+		{"lease_seq", &r.LeaseSeq}, {"lease_agent", &r.LeaseAgent},
+		{"lease_incarnation", &r.LeaseIncarnation}, {"lease_token", &r.LeaseToken},
+		{"lease_granted_at", &r.LeaseGrantedAt}, {"lease_expires_at", &r.LeaseExpiresAt},
+		{"ended_lease_token", &r.EndedLeaseToken}, {"ended_lease_seq", &r.EndedLeaseSeq},
+		{"ended_lease_op", &r.EndedLeaseOp}, {"ended_lease_at", &r.EndedLeaseAt},
+		{"ack_agent", &r.AckAgent}, {"ack_incarnation", &r.AckIncarnation},
+		{"ack_observation", &r.AckObservation}, {"ack_at", &r.AckAt}, {"ack_deadline", &r.AckDeadline},
+		{"processing_action", &r.ProcessingAction}, {"processing_fence", &r.ProcessingFence},
+		{"processing_at", &r.ProcessingAt},
+		{"activations", &r.Activations}, {"last_activation_result", &r.LastActivationResult},
+		{"last_activation_detail", &r.LastActivationDetail}, {"last_activation_at", &r.LastActivationAt},
+		{"last_failure_kind", &r.LastFailureKind}, {"last_failure_message", &r.LastFailureMessage},
+		{"last_failure_permanent", &r.LastFailurePermanent}, {"last_failure_agent", &r.LastFailureAgent},
+		{"last_failure_incarnation", &r.LastFailureIncarnation}, {"last_failure_at", &r.LastFailureAt},
+		{"cause_kind", &r.CauseKind}, {"cause_detail", &r.CauseDetail},
+		{"created_at", &r.CreatedAt}, {"updated_at", &r.UpdatedAt}, {"ended_at", &r.EndedAt},
+		{"version", &r.Version},
+	}
+}
+
+// newDeliveryRow maps d to its row. It fails only when d breaks an
+// invariant the table layout relies on (a lease of another delivery or
+// another sequence number), which would be a bug in the state machine.
+func newDeliveryRow(d ledger.Delivery) (deliveryRow, error) {
+	r := deliveryRow{
+		ID:            string(d.ID),
+		Target:        string(d.Target),
+		Ceremony:      optString(string(d.Ceremony)),
+		Payload:       optBytes(d.Payload),
+		MaxAttempts:   int64(d.Policy.MaxAttempts),
+		BackoffBaseUS: d.Policy.BackoffBase.Microseconds(),
+		BackoffMaxUS:  d.Policy.BackoffMax.Microseconds(),
+		AckWindowUS:   d.Policy.AckWindow.Microseconds(),
+		State:         string(d.State),
+		Attempts:      int64(d.Attempts),
+		AvailableAt:   d.AvailableAt,
+		LeaseSeq:      d.LeaseSeq,
+		Activations:   int64(d.Activations),
+		CreatedAt:     d.CreatedAt,
+		UpdatedAt:     d.UpdatedAt,
+		EndedAt:       optTime(d.EndedAt),
+		Version:       d.Version,
+	}
+	if l := d.Lease; l != nil {
+		// The table keeps one sequence column: a lease in force is always
+		// the latest grant of this very delivery.
+		if l.DeliveryID != d.ID || l.Seq != d.LeaseSeq {
+			return r, fmt.Errorf("pgstore: delivery %s: lease (%s, seq %d) is not its latest grant (seq %d)", d.ID, l.DeliveryID, l.Seq, d.LeaseSeq)
+		}
+		r.LeaseAgent, r.LeaseIncarnation = ptr(l.Owner.Agent), ptr(l.Owner.Incarnation)
+		r.LeaseToken = ptr(string(l.Token))
+		r.LeaseGrantedAt, r.LeaseExpiresAt = ptr(l.GrantedAt), ptr(l.ExpiresAt)
+	}
+	if e := d.EndedLease; e != nil {
+		r.EndedLeaseToken, r.EndedLeaseSeq = ptr(string(e.Token)), ptr(e.Seq)
+		r.EndedLeaseOp, r.EndedLeaseAt = ptr(string(e.Op)), optTime(e.At)
+	}
+	if a := d.Ack; a != nil {
+		r.AckAgent, r.AckIncarnation = ptr(a.Owner.Agent), ptr(a.Owner.Incarnation)
+		r.AckObservation, r.AckAt, r.AckDeadline = ptr(a.Observation), optTime(a.At), optTime(a.Deadline)
+	}
+	if p := d.Processing; p != nil {
+		r.ProcessingAction, r.ProcessingAt = ptr(string(p.Action)), optTime(p.At)
+		if p.Fence != nil {
+			r.ProcessingFence = ptr(int64(*p.Fence))
+		}
+	}
+	if a := d.LastActivation; a != nil {
+		r.LastActivationResult, r.LastActivationDetail = ptr(string(a.Result)), ptr(a.Detail)
+	}
+	r.LastActivationAt = optTime(d.LastActivationAt)
+	if f := d.LastFailure; f != nil {
+		r.LastFailureKind, r.LastFailureMessage = ptr(string(f.Kind)), ptr(f.Message)
+		r.LastFailurePermanent = ptr(f.Permanent)
+		r.LastFailureAgent, r.LastFailureIncarnation = ptr(f.Owner.Agent), ptr(f.Owner.Incarnation)
+		r.LastFailureAt = optTime(f.At)
+	}
+	if c := d.Cause; c != nil {
+		r.CauseKind, r.CauseDetail = ptr(string(c.Kind)), ptr(c.Detail)
+	}
+	return r, nil
+}
+
+// delivery maps r back to the record.
+func (r *deliveryRow) delivery() ledger.Delivery {
+	d := ledger.Delivery{
+		ID:       ledger.DeliveryID(r.ID),
+		Target:   ledger.Target(r.Target),
+		Ceremony: ledger.CeremonyID(deref(r.Ceremony)),
+		Payload:  optBytes(r.Payload),
+		Policy: ledger.Policy{
+			MaxAttempts: int(r.MaxAttempts),
+			BackoffBase: time.Duration(r.BackoffBaseUS) * time.Microsecond,
+			BackoffMax:  time.Duration(r.BackoffMaxUS) * time.Microsecond,
+			AckWindow:   time.Duration(r.AckWindowUS) * time.Microsecond,
+		},
+		State:            ledger.DeliveryState(r.State),
+		Attempts:         int(r.Attempts),
+		AvailableAt:      ledger.Normalize(r.AvailableAt),
+		LeaseSeq:         r.LeaseSeq,
+		Activations:      int(r.Activations),
+		LastActivationAt: fromOptTime(r.LastActivationAt),
+		CreatedAt:        ledger.Normalize(r.CreatedAt),
+		UpdatedAt:        ledger.Normalize(r.UpdatedAt),
+		EndedAt:          fromOptTime(r.EndedAt),
+		Version:          r.Version,
+	}
+	if r.LeaseToken != nil {
+		d.Lease = &ledger.Lease{
+			DeliveryID: d.ID,
+			Owner:      ledger.Owner{Agent: deref(r.LeaseAgent), Incarnation: deref(r.LeaseIncarnation)},
+			Token:      ledger.Token(*r.LeaseToken),
+			Seq:        r.LeaseSeq,
+			GrantedAt:  fromOptTime(r.LeaseGrantedAt),
+			ExpiresAt:  fromOptTime(r.LeaseExpiresAt),
+		}
+	}
+	if r.EndedLeaseOp != nil {
+		d.EndedLease = &ledger.EndedGrant{
+			Token: ledger.Token(deref(r.EndedLeaseToken)),
+			Seq:   deref(r.EndedLeaseSeq),
+			Op:    ledger.Operation(*r.EndedLeaseOp),
+			At:    fromOptTime(r.EndedLeaseAt),
+		}
+	}
+	if r.AckAgent != nil {
+		d.Ack = &ledger.Acknowledgement{
+			Owner:       ledger.Owner{Agent: *r.AckAgent, Incarnation: deref(r.AckIncarnation)},
+			Observation: deref(r.AckObservation),
+			At:          fromOptTime(r.AckAt),
+			Deadline:    fromOptTime(r.AckDeadline),
+		}
+	}
+	if r.ProcessingAction != nil {
+		d.Processing = &ledger.Processing{Action: ledger.ActionRef(*r.ProcessingAction), At: fromOptTime(r.ProcessingAt)}
+		if r.ProcessingFence != nil {
+			d.Processing.Fence = ledger.FenceOf(*r.ProcessingFence)
+		}
+	}
+	if r.LastActivationResult != nil {
+		d.LastActivation = &ledger.Activation{Result: ledger.ActivationResult(*r.LastActivationResult), Detail: deref(r.LastActivationDetail)}
+	}
+	if r.LastFailureKind != nil {
+		d.LastFailure = &ledger.Failure{
+			Kind:      ledger.FailureKind(*r.LastFailureKind),
+			Message:   deref(r.LastFailureMessage),
+			Permanent: deref(r.LastFailurePermanent),
+			Owner:     ledger.Owner{Agent: deref(r.LastFailureAgent), Incarnation: deref(r.LastFailureIncarnation)},
+			At:        fromOptTime(r.LastFailureAt),
+		}
+	}
+	if r.CauseKind != nil {
+		d.Cause = &ledger.Cause{Kind: ledger.CauseKind(*r.CauseKind), Detail: deref(r.CauseDetail)}
+	}
+	return d
+}
+
+// outboxRow is one row of the outbox_entries table.
+type outboxRow struct {
+	ID, Provider, Kind              string
+	Payload                         []byte
+	IdempotencyKey                  string
+	Status                          string
+	Attempts                        int64
+	NextAttemptAt                   *time.Time
+	LastErrorCode, LastErrorMessage *string
+	ResultProviderRef, ResultDetail *string
+	DeadLetterReason                string
+	ClaimSeq                        int64
+	ClaimWorker, ClaimToken         *string
+	ClaimClaimedAt, ClaimExpiresAt  *time.Time
+	EndedClaimToken                 *string
+	EndedClaimSeq                   *int64
+	EndedClaimOp                    *string
+	EndedClaimAt                    *time.Time
+	CreatedAt, UpdatedAt            time.Time
+	EndedAt                         *time.Time
+	Version                         int64
+}
+
+// columns lists r's columns in table order; id first, version last.
+func (r *outboxRow) columns() []column {
+	return []column{
+		{"id", &r.ID}, {"provider", &r.Provider}, {"kind", &r.Kind}, {"payload", &r.Payload},
+		{"idempotency_key", &r.IdempotencyKey}, {"status", &r.Status}, {"attempts", &r.Attempts},
+		{"next_attempt_at", &r.NextAttemptAt}, {"last_error_code", &r.LastErrorCode},
+		{"last_error_message", &r.LastErrorMessage}, {"result_provider_ref", &r.ResultProviderRef},
+		{"result_detail", &r.ResultDetail}, {"dead_letter_reason", &r.DeadLetterReason},
+		{"claim_seq", &r.ClaimSeq}, {"claim_worker", &r.ClaimWorker}, {"claim_token", &r.ClaimToken},
+		{"claim_claimed_at", &r.ClaimClaimedAt}, {"claim_expires_at", &r.ClaimExpiresAt},
+		{"ended_claim_token", &r.EndedClaimToken}, {"ended_claim_seq", &r.EndedClaimSeq},
+		{"ended_claim_op", &r.EndedClaimOp}, {"ended_claim_at", &r.EndedClaimAt},
+		{"created_at", &r.CreatedAt}, {"updated_at", &r.UpdatedAt}, {"ended_at", &r.EndedAt},
+		{"version", &r.Version},
+	}
+}
+
+// newOutboxRow maps e to its row; like newDeliveryRow it fails only on a
+// claim that is not the entry's latest.
+func newOutboxRow(e ledger.OutboxEntry) (outboxRow, error) {
+	r := outboxRow{
+		ID:               string(e.ID),
+		Provider:         e.Envelope.Provider,
+		Kind:             e.Envelope.Kind,
+		Payload:          optBytes(e.Envelope.Payload),
+		IdempotencyKey:   e.Envelope.IdempotencyKey,
+		Status:           string(e.Status),
+		Attempts:         int64(e.Attempts),
+		NextAttemptAt:    optTime(e.NextAttemptAt),
+		DeadLetterReason: e.DeadLetterReason,
+		ClaimSeq:         e.ClaimSeq,
+		CreatedAt:        e.CreatedAt,
+		UpdatedAt:        e.UpdatedAt,
+		EndedAt:          optTime(e.EndedAt),
+		Version:          e.Version,
+	}
+	if le := e.LastError; le != nil {
+		r.LastErrorCode, r.LastErrorMessage = ptr(le.Code), ptr(le.Message)
+	}
+	if res := e.Result; res != nil {
+		r.ResultProviderRef, r.ResultDetail = ptr(res.ProviderRef), ptr(res.Detail)
+	}
+	if c := e.Claim; c != nil {
+		if c.EntryID != e.ID || c.Seq != e.ClaimSeq {
+			return r, fmt.Errorf("pgstore: outbox entry %s: claim (%s, seq %d) is not its latest (seq %d)", e.ID, c.EntryID, c.Seq, e.ClaimSeq)
+		}
+		r.ClaimWorker, r.ClaimToken = ptr(c.Worker), ptr(string(c.Token))
+		r.ClaimClaimedAt, r.ClaimExpiresAt = ptr(c.ClaimedAt), ptr(c.ExpiresAt)
+	}
+	if ec := e.EndedClaim; ec != nil {
+		r.EndedClaimToken, r.EndedClaimSeq = ptr(string(ec.Token)), ptr(ec.Seq)
+		r.EndedClaimOp, r.EndedClaimAt = ptr(string(ec.Op)), optTime(ec.At)
+	}
+	return r, nil
+}
+
+// entry maps r back to the record.
+func (r *outboxRow) entry() ledger.OutboxEntry {
+	e := ledger.OutboxEntry{
+		ID: ledger.OutboxEntryID(r.ID),
+		Envelope: ledger.Envelope{
+			Provider:       r.Provider,
+			Kind:           r.Kind,
+			Payload:        optBytes(r.Payload),
+			IdempotencyKey: r.IdempotencyKey,
+		},
+		Status:           ledger.OutboxStatus(r.Status),
+		Attempts:         int(r.Attempts),
+		NextAttemptAt:    fromOptTime(r.NextAttemptAt),
+		DeadLetterReason: r.DeadLetterReason,
+		ClaimSeq:         r.ClaimSeq,
+		CreatedAt:        ledger.Normalize(r.CreatedAt),
+		UpdatedAt:        ledger.Normalize(r.UpdatedAt),
+		EndedAt:          fromOptTime(r.EndedAt),
+		Version:          r.Version,
+	}
+	if r.LastErrorMessage != nil {
+		e.LastError = &ledger.EmissionError{Code: deref(r.LastErrorCode), Message: *r.LastErrorMessage}
+	}
+	if r.ResultDetail != nil {
+		e.Result = &ledger.EmissionResult{ProviderRef: deref(r.ResultProviderRef), Detail: *r.ResultDetail}
+	}
+	if r.ClaimToken != nil {
+		e.Claim = &ledger.Claim{
+			EntryID:   e.ID,
+			Worker:    deref(r.ClaimWorker),
+			Token:     ledger.Token(*r.ClaimToken),
+			Seq:       r.ClaimSeq,
+			ClaimedAt: fromOptTime(r.ClaimClaimedAt),
+			ExpiresAt: fromOptTime(r.ClaimExpiresAt),
+		}
+	}
+	if r.EndedClaimOp != nil {
+		e.EndedClaim = &ledger.EndedGrant{
+			Token: ledger.Token(deref(r.EndedClaimToken)),
+			Seq:   deref(r.EndedClaimSeq),
+			Op:    ledger.Operation(*r.EndedClaimOp),
+			At:    fromOptTime(r.EndedClaimAt),
+		}
+	}
+	return e
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// optString maps "" to NULL.
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// optBytes maps an empty payload to nil (NULL), so nil and empty read back
+// the same, as nil.
+func optBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// optTime maps the zero time to NULL.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// fromOptTime maps NULL to the zero time and anything else to UTC
+// microseconds (pgx returns local times).
+func fromOptTime(p *time.Time) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return ledger.Normalize(*p)
+}

@@ -1,0 +1,271 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file holds the single-delivery transitions and the reads. Every
+// transition is one transaction: lock the row (SELECT ... FOR UPDATE),
+// apply the state machine's method to it in Go, and write the new record
+// back only when the call applied, re-checking the version read.
+
+// deliveryApply is the state machine step of one transition.
+type deliveryApply func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error)
+
+// transition runs apply on the locked delivery id: OutcomeNotFound when
+// there is none; the new record written back when apply answers
+// OutcomeApplied; otherwise nothing written and the record as it stands.
+func (s *Store) transition(ctx context.Context, op string, id ledger.DeliveryID, apply deliveryApply) (ledger.DeliveryResult, error) {
+	var res ledger.DeliveryResult
+	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		res = ledger.DeliveryResult{}
+		old, err := scanDelivery(tx.QueryRow(ctx, s.q.lockDelivery, string(id)))
+		if noRows(err) {
+			res.Outcome = ledger.OutcomeNotFound
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		d, outcome, err := apply(tx, old)
+		if err != nil {
+			return false, err
+		}
+		if outcome != ledger.OutcomeApplied {
+			res = ledger.DeliveryResult{Outcome: outcome, Delivery: old}
+			return false, nil
+		}
+		res = ledger.DeliveryResult{Outcome: outcome, Delivery: d}
+		return true, s.writeDeliveries(ctx, tx, []versioned{{old.Version, d}})
+	})
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return res, nil
+}
+
+// Acknowledge records receipt under the current lease (see ledger.Ledger).
+func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return s.transition(ctx, "acknowledge", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		d, o := d.Acknowledge(lease, observation, now)
+		return d, o, nil
+	})
+}
+
+// MarkProcessed closes an acknowledged delivery (see ledger.Ledger). With
+// a fence, the delivery's target row in target_fences is locked too (and
+// created if absent, which is undone when the call does not apply), so the
+// fence checks and raises of one target are serialised across processes.
+func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return s.transition(ctx, "mark processed", id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		var highest *ledger.Fence
+		if fence != nil {
+			if _, err := tx.Exec(ctx, s.q.ensureFence, string(d.Target)); err != nil {
+				return d, "", err
+			}
+			var h *int64
+			if err := tx.QueryRow(ctx, s.q.lockFence, string(d.Target)).Scan(&h); err != nil {
+				return d, "", err
+			}
+			if h != nil {
+				highest = ledger.FenceOf(*h)
+			}
+		}
+		d, o := d.MarkProcessed(owner, fence, highest, action, now)
+		if o != ledger.OutcomeApplied {
+			return d, o, nil
+		}
+		if raised := ledger.RaiseFence(highest, fence); raised != nil && (highest == nil || *raised != *highest) {
+			if _, err := tx.Exec(ctx, s.q.setFence, string(d.Target), int64(*raised)); err != nil {
+				return d, "", err
+			}
+		}
+		return d, o, nil
+	})
+}
+
+// RecordActivation notes what a push or wake-up did (see ledger.Ledger).
+func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, activation ledger.Activation, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateRecordActivation(id, activation, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return s.transition(ctx, "record activation", id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		d, o := d.RecordActivation(activation, now)
+		return d, o, nil
+	})
+}
+
+// MarkFailed gives up the attempt held under lease (see ledger.Ledger).
+func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateMarkFailed(lease, reason, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return s.transition(ctx, "mark failed", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		d, o := d.MarkFailed(lease, reason, now)
+		return d, o, nil
+	})
+}
+
+// Release gives the lease back without counting the attempt (see
+// ledger.Ledger).
+func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateRelease(lease, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return s.transition(ctx, "release", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		d, o := d.Release(lease, now)
+		return d, o, nil
+	})
+}
+
+// Abandon ends one open delivery as Expired with cause (see ledger.Ledger).
+func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.Cause, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateAbandon(id, cause, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return s.transition(ctx, "abandon", id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		d, o := d.Abandon(cause, now)
+		return d, o, nil
+	})
+}
+
+// Get returns one delivery in any state; an error matching
+// ledger.ErrNotFound when no delivery has the ID.
+func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery, error) {
+	if err := s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
+		return ledger.Delivery{}, err
+	}
+	var d ledger.Delivery
+	err := s.read(ctx, "get", func(db dbtx) error {
+		var err error
+		d, err = scanDelivery(db.QueryRow(ctx, s.q.getDelivery, string(id)))
+		if noRows(err) {
+			return ledger.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return ledger.Delivery{}, err
+	}
+	return d, nil
+}
+
+// List returns one page of deliveries in ID order (byte order), keyset
+// paginated: a page is one indexed range scan after the cursor's ID, so a
+// record inserted while paging shows up on a later page when its ID sorts
+// after the cursor, and no record appears twice.
+func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, error) {
+	after, verr := ledger.ValidateList(q)
+	if err := s.check(ctx, verr); err != nil {
+		return ledger.Page{}, err
+	}
+	targets := make([]string, len(q.Targets))
+	for i, t := range q.Targets {
+		targets[i] = string(t)
+	}
+	states := make([]string, len(q.States))
+	for i, st := range q.States {
+		states[i] = string(st)
+	}
+	var page ledger.Page
+	err := s.read(ctx, "list", func(db dbtx) error {
+		rows, err := db.Query(ctx, s.q.listDeliveries, string(after), targets, optString(string(q.Ceremony)), states, q.Limit+1)
+		if err != nil {
+			return err
+		}
+		ds, err := collectDeliveries(rows)
+		if err != nil {
+			return err
+		}
+		page = ledger.Page{Deliveries: ds}
+		if len(ds) > q.Limit {
+			page.Deliveries = ds[:q.Limit]
+			page.Next = ledger.EncodeCursor(ds[q.Limit-1].ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return ledger.Page{}, err
+	}
+	return page, nil
+}
+
+// scanner is a pgx.Row or pgx.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanDelivery(row scanner) (ledger.Delivery, error) {
+	var r deliveryRow
+	if err := row.Scan(pointers(r.columns())...); err != nil {
+		return ledger.Delivery{}, err
+	}
+	return r.delivery(), nil
+}
+
+// collectDeliveries scans every row; nil when there are none, as memstore
+// answers.
+func collectDeliveries(rows pgx.Rows) ([]ledger.Delivery, error) {
+	return pgx.AppendRows([]ledger.Delivery(nil), rows, func(row pgx.CollectableRow) (ledger.Delivery, error) { return scanDelivery(row) })
+}
+
+// versioned is a new record and the version it was read at.
+type versioned struct {
+	old int64
+	d   ledger.Delivery
+}
+
+// writeDeliveries writes records back in one round trip, each guarded by
+// the version read under its lock.
+func (s *Store) writeDeliveries(ctx context.Context, tx pgx.Tx, ws []versioned) error {
+	b := &pgx.Batch{}
+	for _, w := range ws {
+		r, err := newDeliveryRow(w.d)
+		if err != nil {
+			return err
+		}
+		b.Queue(s.q.updateDelivery, updateArgs(w.old, pointers(r.columns()))...)
+	}
+	done, err := execBatch(ctx, tx, b)
+	if err != nil {
+		return err
+	}
+	for _, ok := range done {
+		if !ok {
+			return errRowChanged
+		}
+	}
+	return nil
+}
+
+// execBatch sends b in one round trip and reports, per statement, whether
+// it affected a row.
+func execBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) (affected []bool, err error) {
+	if b.Len() == 0 {
+		return nil, nil
+	}
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	affected = make([]bool, b.Len())
+	for i := range affected {
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, err
+		}
+		affected[i] = tag.RowsAffected() == 1
+	}
+	return affected, nil
+}
