@@ -17,7 +17,7 @@ func NewDelivery(req EnqueueRequest, defaults Policy, now time.Time) Delivery {
 	now = Normalize(now)
 	avail := now
 	if !req.AvailableAt.IsZero() {
-		avail = Normalize(req.AvailableAt)
+		avail = ClampPast(req.AvailableAt)
 	}
 	return Delivery{
 		ID:          req.ID,

@@ -80,7 +80,9 @@ type Ledger interface {
 	// Expire sweeps what has run out at now: Leased deliveries whose lease
 	// expired return to Offered (or end as Failed when their attempts are
 	// used up); Acknowledged deliveries past their deadline end as Expired
-	// with CauseAcknowledgementLapsed. It returns the IDs it changed.
+	// with CauseAcknowledgementLapsed. It returns the IDs it changed, in
+	// ID order. A store that commits a large sweep in batches may return an
+	// error together with the IDs its committed batches changed.
 	Expire(ctx context.Context, now time.Time) (SweepResult, error)
 
 	// Abandon gives up one open delivery, ending it as Expired with cause

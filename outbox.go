@@ -124,7 +124,7 @@ func (e OutboxEntry) apply(in OutboxEntry, op Operation, now time.Time) OutboxEn
 	e.Status = in.Status
 	e.NextAttemptAt = time.Time{}
 	if in.Status.Scheduled() {
-		e.NextAttemptAt = Normalize(in.NextAttemptAt)
+		e.NextAttemptAt = ClampPast(in.NextAttemptAt)
 	}
 	e.LastError = clonePtr(in.LastError)
 	e.Result = clonePtr(in.Result)

@@ -17,8 +17,10 @@ type Policy struct {
 	// fails for good. Every grant counts; Release and a Follow supersession
 	// give the attempt back.
 	MaxAttempts int
-	// BackoffBase is the delay before the second attempt; each later
-	// failure doubles it, up to BackoffMax.
+	// BackoffBase scales the delay after a failed attempt: after the n-th
+	// attempt the delay is BackoffBase·2^(n-1), capped at BackoffMax, of
+	// which a jittered half is taken off (see Backoff), so the first retry
+	// waits between half of BackoffBase and all of it.
 	BackoffBase time.Duration
 	// BackoffMax caps the backoff.
 	BackoffMax time.Duration
@@ -92,12 +94,17 @@ func (p Policy) Backoff(id DeliveryID, attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
+	// Double at most 62 times: past that a positive duration has overflowed
+	// or reached the cap, and a huge attempt number must not loop for ever.
 	d := p.BackoffBase
-	for i := 1; i < attempt && d < p.BackoffMax; i++ {
+	for i := 1; i < attempt && i < 63 && d > 0 && d < p.BackoffMax; i++ {
 		d *= 2
 	}
 	if d > p.BackoffMax || d < 0 {
 		d = p.BackoffMax
+	}
+	if d < 0 {
+		d = 0
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(id))

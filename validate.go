@@ -131,7 +131,9 @@ func ValidateLeaseArg(l Lease) error {
 	if l.Seq < 1 {
 		return invalid("lease seq", "must be positive")
 	}
-	return nil
+	// The owner is not read (the token decides), but text crossing the API
+	// is checked wherever it appears.
+	return first(validateOptionalName("lease owner agent", l.Owner.Agent), validateOptionalName("lease owner incarnation", l.Owner.Incarnation))
 }
 
 // ValidateClaimArg checks a claim passed back to a claim completion.
@@ -145,7 +147,7 @@ func ValidateClaimArg(c Claim) error {
 	if c.Seq < 1 {
 		return invalid("claim seq", "must be positive")
 	}
-	return nil
+	return validateOptionalName("claim worker", c.Worker)
 }
 
 // ValidateCause checks an expiry cause.
@@ -164,7 +166,7 @@ func ValidateEnqueue(req EnqueueRequest, now time.Time, maxPayload int) error {
 		validateOptionalName("ceremony", string(req.Ceremony)),
 		ValidatePayload("payload", req.Payload, maxPayload),
 		req.Policy.Validate("policy"),
-		optionalTime("available at", req.AvailableAt),
+		optionalPastOK("available at", req.AvailableAt),
 		ValidateTime("now", now),
 	)
 }
@@ -312,12 +314,36 @@ func ValidateEmissionResult(r EmissionResult) error {
 }
 
 // ValidateNextRetry checks MarkFailed's nextRetry: nil (no retry) or a
-// valid time; a past time is allowed and means due now.
+// non-zero time. Any past time is allowed and means due now; one before
+// MinTime is read as MinTime (see ClampPast).
 func ValidateNextRetry(next *time.Time) error {
 	if next == nil {
 		return nil
 	}
-	return ValidateTime("next retry", *next)
+	return validatePastOK("next retry", *next)
+}
+
+// validatePastOK checks a time at which something becomes due: not zero,
+// not after MaxTime; any past time means "due now".
+func validatePastOK(field string, t time.Time) error {
+	if t.IsZero() {
+		return invalid(field, "must not be zero")
+	}
+	if t.After(MaxTime) {
+		return invalid(field, "must not be after %s", MaxTime.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// ClampPast returns t normalised, or MinTime when t is before it. Times at
+// which something becomes due (a nextRetry, a NextAttemptAt, an
+// AvailableAt) may lie anywhere in the past and mean "due now"; clamping
+// keeps them inside the range both stores represent.
+func ClampPast(t time.Time) time.Time {
+	if t.Before(MinTime) {
+		return MinTime
+	}
+	return Normalize(t)
 }
 
 // ValidateSave checks the entry given to Save, whose Version must be a
@@ -346,7 +372,7 @@ func validateEntryFields(e OutboxEntry) error {
 	if !e.Status.Valid() {
 		statusErr = invalid("status", "unknown value %q", e.Status)
 	} else if e.Status.Scheduled() {
-		nextErr = ValidateTime("next attempt at", e.NextAttemptAt)
+		nextErr = validatePastOK("next attempt at", e.NextAttemptAt)
 	}
 	var attemptsErr error
 	if e.Attempts < 0 {
@@ -388,11 +414,11 @@ func validateTargets(field string, ts []Target) error {
 	return nil
 }
 
-func optionalTime(field string, t time.Time) error {
+func optionalPastOK(field string, t time.Time) error {
 	if t.IsZero() {
 		return nil
 	}
-	return ValidateTime(field, t)
+	return validatePastOK(field, t)
 }
 
 // first returns the first non-nil error, so every store names the same
@@ -422,7 +448,7 @@ func DecodeCursor(cursor string) (DeliveryID, error) {
 	if len(cursor) > 2*MaxNameBytes {
 		return "", invalid("cursor", "malformed")
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
 	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) {
 		return "", invalid("cursor", "malformed")
 	}

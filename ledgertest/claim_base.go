@@ -40,6 +40,17 @@ func testOutboxBaseCompletions(t *testing.T, newStore NewClaimStoreFunc) {
 		claimRequireStored(t, s, got)
 	})
 
+	claimRun(t, "RetryLongAgoIsDueNow", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		e := claimEnqueue(t, s, "order-1")
+		longAgo := time.Date(1901, time.January, 1, 0, 0, 0, 0, time.UTC)
+		got, err := s.MarkFailed(t.Context(), e.ID, emissionErr, &longAgo)
+		require.NoError(t, err, "a nextRetry in the past, however far, means due now")
+		require.Equal(t, ledger.OutboxStatusRetryScheduled, got.Status)
+		ready, err := s.FindRetryReady(t.Context(), claimAt(0), 10)
+		require.NoError(t, err)
+		require.Equal(t, []ledger.OutboxEntryID{e.ID}, claimEntryIDs(ready))
+	})
+
 	claimRun(t, "MarkFailedWithRetrySchedules", newStore, func(t *testing.T, s ledger.ClaimStore) {
 		e := claimEnqueue(t, s, "order-1")
 		next := claimAt(time.Hour)

@@ -68,15 +68,26 @@ var (
 		{"InvalidUTF8", "bad\xfftext"},
 		{"NUL", "bad\x00text"},
 	}
-	// claimBadTimes are times no call accepts.
-	claimBadTimes = []struct {
-		name  string
-		value time.Time
-	}{
+	// claimBadTimes are values no call accepts as its now.
+	claimBadTimes = []claimBadTime{
 		{"Zero", time.Time{}},
 		{"BeforeMinTime", time.Date(1960, time.January, 1, 0, 0, 0, 0, time.UTC)},
+		{"AfterMaxTime", ledger.MaxTime.Add(time.Microsecond)},
+	}
+	// claimBadDueTimes are values no call accepts as a time something
+	// becomes due (nextRetry, NextAttemptAt). Any past time is accepted
+	// there: it means due now.
+	claimBadDueTimes = []claimBadTime{
+		{"Zero", time.Time{}},
+		{"AfterMaxTime", ledger.MaxTime.Add(time.Microsecond)},
 	}
 )
+
+// claimBadTime is one malformed time, named.
+type claimBadTime struct {
+	name  string
+	value time.Time
+}
 
 // claimBadEach returns one case per bad value, named prefix+value name.
 func claimBadEach(prefix string, values []claimBadValue, call func(ctx context.Context, f claimFixture, v string) error) []claimBadCase {
@@ -154,7 +165,7 @@ func claimBadEntries(withVersion bool, call func(ctx context.Context, f claimFix
 	out = append(out, claimBadEach("Status", []claimBadValue{{"Unknown", "bogus"}, {"Empty", ""}},
 		with(func(e *ledger.OutboxEntry, v string) { e.Status = ledger.OutboxStatus(v) }))...)
 	for _, st := range []ledger.OutboxStatus{ledger.OutboxStatusRetryScheduled, ledger.OutboxStatusDeferred} {
-		for _, bt := range claimBadTimes {
+		for _, bt := range claimBadDueTimes {
 			call := with(func(e *ledger.OutboxEntry, _ string) {
 				e.Status = st
 				e.NextAttemptAt = bt.value
@@ -228,7 +239,7 @@ func claimBadRequests(call func(ctx context.Context, f claimFixture, req ledger.
 
 // claimBadNextRetries returns the cases for a malformed nextRetry.
 func claimBadNextRetries(call func(ctx context.Context, f claimFixture, next *time.Time) error) []claimBadCase {
-	return claimBadTimeCases("NextRetry", func(ctx context.Context, f claimFixture, next time.Time) error {
+	return claimBadTimeCasesFrom(claimBadDueTimes, "NextRetry", func(ctx context.Context, f claimFixture, next time.Time) error {
 		return call(ctx, f, &next)
 	})
 }

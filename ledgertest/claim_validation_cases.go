@@ -269,10 +269,15 @@ func claimMethods() []claimMethod {
 	}
 }
 
-// claimBadTimeCases returns one case per time no call accepts.
+// claimBadTimeCases returns one case per time no call accepts as its now.
 func claimBadTimeCases(prefix string, call func(ctx context.Context, f claimFixture, t time.Time) error) []claimBadCase {
+	return claimBadTimeCasesFrom(claimBadTimes, prefix, call)
+}
+
+// claimBadTimeCasesFrom returns one case per time in times.
+func claimBadTimeCasesFrom(times []claimBadTime, prefix string, call func(ctx context.Context, f claimFixture, t time.Time) error) []claimBadCase {
 	var out []claimBadCase
-	for _, bt := range claimBadTimes {
+	for _, bt := range times {
 		out = append(out, claimBadCase{prefix + bt.name, func(ctx context.Context, f claimFixture) error { return call(ctx, f, bt.value) }})
 	}
 	return out

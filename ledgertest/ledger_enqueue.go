@@ -17,6 +17,7 @@ func testEnqueue(t *testing.T, newLedger NewLedgerFunc) {
 	runLedgerRules(t, newLedger, []ledgerRule{
 		{"NewIsApplied", enqueueNewIsApplied},
 		{"AvailableAtDefaultsToNow", enqueueAvailableAtDefaultsToNow},
+		{"AvailableAtLongAgoIsOfferedNow", enqueueAvailableAtLongAgo},
 		{"PolicyDefaultsAreResolved", enqueuePolicyDefaultsAreResolved},
 		{"SameContentIsRepeated", enqueueSameContentIsRepeated},
 		{"RepeatedAfterTheRecordMovedOn", enqueueRepeatedAfterTheRecordMovedOn},
@@ -302,4 +303,12 @@ func enqueueBatchOneInvalidItemWritesNothing(t *testing.T, f *ledgerFixture) {
 	_, err = b.EnqueueBatch(f.ctx, []ledger.EnqueueRequest{req("d-1", "host-1"), big}, at(time.Second))
 	requireInvalid(t, err)
 	require.Equal(t, []ledger.Delivery{existing}, f.all())
+}
+
+func enqueueAvailableAtLongAgo(t *testing.T, f *ledgerFixture) {
+	r := req("d-1", "host-1")
+	r.AvailableAt = time.Date(1901, time.January, 1, 0, 0, 0, 0, time.UTC)
+	f.enqueue(r, t0)
+	require.Equal(t, []ledger.DeliveryID{"d-1"}, f.leaseIDs(ledger.LeaseFilter{}, ownerA, t0, 10),
+		"an AvailableAt in the past, however far, means offerable now")
 }

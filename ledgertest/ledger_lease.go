@@ -226,7 +226,7 @@ func leaseIncarnationTakesBack(t *testing.T, f *ledgerFixture) {
 	now := at(time.Second)
 	res := f.lease(ledger.LeaseFilter{}, ownerA2, now, leaseFor, 1)
 	require.True(t, res.Applied())
-	require.ElementsMatch(t, []ledger.DeliveryID{"d-1", "d-2"}, res.Reclaimed)
+	require.Equal(t, []ledger.DeliveryID{"d-1", "d-2"}, res.Reclaimed, "reclaimed, in ID order")
 	require.Len(t, res.Leased, 1)
 	regranted := res.Leased[0].Delivery
 	require.Equal(t, ledger.DeliveryID("d-1"), regranted.ID, "reclaimed work is available at once, ties by ID")

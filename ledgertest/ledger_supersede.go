@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -38,14 +39,14 @@ func (f *ledgerFixture) supersedeFixture() ledger.Lease {
 	return leased
 }
 
-// supersede calls Supersede and requires its lists to hold moved and ended,
-// in any order.
+// supersede calls Supersede and requires its lists to be moved and ended,
+// in ID order.
 func (f *ledgerFixture) supersede(mode ledger.FollowMode, now time.Time, moved, ended []ledger.DeliveryID) {
 	f.t.Helper()
 	res, err := f.l.Supersede(f.ctx, "host-old", "host-new", mode, now)
 	require.NoError(f.t, err)
-	require.ElementsMatch(f.t, moved, res.Moved)
-	require.ElementsMatch(f.t, ended, res.Ended)
+	require.True(f.t, slices.Equal(moved, res.Moved), "moved: want %v in ID order, got %v", moved, res.Moved)
+	require.True(f.t, slices.Equal(ended, res.Ended), "ended: want %v in ID order, got %v", ended, res.Ended)
 	require.Equal(f.t, len(moved)+len(ended) > 0, res.Applied())
 }
 

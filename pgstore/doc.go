@@ -73,8 +73,13 @@
 // deadlock (40P01); never inside a caller's transaction. A call whose
 // context is cancelled or whose connection is lost returns an error and
 // leaves no half-applied transition. When the connection is lost during
-// COMMIT the outcome is unknown; repeating the call tells, since a call
-// that had applied answers Repeated.
+// COMMIT the outcome is unknown: read the record (Get, FindByID) and
+// compare it with what the call meant to write. Repeating the call is not
+// enough for calls that end a record, which answer Ended the second time.
+//
+// Sweeps (Expire, ExpireCeremony, Supersede) commit in batches. When a
+// batch fails, the result lists the IDs the earlier, committed batches
+// changed, beside the error.
 //
 // # Guarantees and limits
 //

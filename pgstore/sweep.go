@@ -55,8 +55,10 @@ func (s *Store) sweepBatch(ctx context.Context, tx pgx.Tx, query, after string, 
 // sweep runs a whole sweep, one transaction per batch, so that a large
 // backlog never holds thousands of row locks at once. When a batch fails,
 // the batches before it stay committed (each record's transition is
-// complete on its own) and the error is returned; the next sweep picks up
-// the rest.
+// complete on its own): the IDs they changed are returned together with
+// the error, because a later sweep no longer sees those records and the
+// caller would otherwise never learn of them. The next sweep picks up the
+// rest.
 func (s *Store) sweep(ctx context.Context, op, query string, args []any, step sweepStep) ([]ledger.DeliveryID, error) {
 	var all []ledger.DeliveryID
 	for after := ""; ; {
@@ -69,7 +71,7 @@ func (s *Store) sweep(ctx context.Context, op, query string, args []any, step sw
 			return len(changed) > 0, err
 		})
 		if err != nil {
-			return nil, err
+			return all, err
 		}
 		all = append(all, changed...)
 		if !more {
@@ -91,10 +93,7 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 	changed, err := s.sweep(ctx, "expire", s.q.expirable, []any{now}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		return d.Expire(now)
 	})
-	if err != nil {
-		return ledger.SweepResult{}, err
-	}
-	return ledger.SweepResult{Changed: changed}, nil
+	return ledger.SweepResult{Changed: changed}, err
 }
 
 // ExpireCeremony ends every open delivery of the ceremony as Expired with
@@ -109,10 +108,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 		nd, o := d.Abandon(cause, now)
 		return nd, o == ledger.OutcomeApplied
 	})
-	if err != nil {
-		return ledger.SweepResult{}, err
-	}
-	return ledger.SweepResult{Changed: changed}, nil
+	return ledger.SweepResult{Changed: changed}, err
 }
 
 // Supersede moves (Follow) or ends (LeaveBehind) the previous target's
@@ -126,11 +122,8 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 	changed, err := s.sweep(ctx, "supersede", s.q.supersedable, []any{string(previous)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		return d.Supersede(replacement, mode, now)
 	})
-	if err != nil {
-		return ledger.SupersedeResult{}, err
-	}
 	if mode == ledger.Follow {
-		return ledger.SupersedeResult{Moved: changed}, nil
+		return ledger.SupersedeResult{Moved: changed}, err
 	}
-	return ledger.SupersedeResult{Ended: changed}, nil
+	return ledger.SupersedeResult{Ended: changed}, err
 }
