@@ -20,14 +20,23 @@ func checkStore(s *Store) error {
 		open                      = map[ledger.CeremonyID][]string{}
 		holders                   = map[ledger.Owner][]string{}
 	)
-	str := func(k timeKey) string { return fmt.Sprintf("%d/%s", k.at, k.id) }
-	for id, p := range s.records {
+	str := func(k slotKey) string { return fmt.Sprintf("%d/%d", k.at, k.slot) }
+	if len(s.recs) != len(s.records) {
+		return fmt.Errorf("%d records by ID, %d by slot", len(s.records), len(s.recs))
+	}
+	taken := make([]bool, len(s.recs))
+	for id, slot := range s.records {
+		if int(slot) >= len(s.recs) || taken[slot] {
+			return fmt.Errorf("record %q in slot %d: out of range or shared", id, slot)
+		}
+		taken[slot] = true
+		p := s.recs[slot]
 		if p.ID != id {
 			return fmt.Errorf("record %q stored under %q", p.ID, id)
 		}
 		ids = append(ids, string(id))
 		if candidate(p) {
-			k := str(key(p.AvailableAt, id))
+			k := str(key(p.AvailableAt, slot))
 			offers = append(offers, k)
 			byTarget[p.Target] = append(byTarget[p.Target], k)
 			if p.Ceremony != "" {
@@ -35,32 +44,38 @@ func checkStore(s *Store) error {
 			}
 		}
 		if leased(p) {
-			leases = append(leases, str(key(p.Lease.ExpiresAt, id)))
+			leases = append(leases, str(key(p.Lease.ExpiresAt, slot)))
 			holders[p.Lease.Owner] = append(holders[p.Lease.Owner], string(id))
 		}
 		if acked(p) {
-			acks = append(acks, str(key(p.Ack.Deadline, id)))
+			acks = append(acks, str(key(p.Ack.Deadline, slot)))
 		}
 		if openInCeremony(p) {
 			open[p.Ceremony] = append(open[p.Ceremony], string(id))
 		}
 	}
-	if err := sameKeys("ids", &s.ids, ids, func(k idKey) string { return string(k) }); err != nil {
+	idStr := func(k idKey) string { return string(k) }
+	if err := sameKeys("ids", &s.ids, ids, idStr, idKey.compare); err != nil {
 		return err
 	}
-	for name, tree := range map[string]*btree[timeKey]{"offers": &s.offers, "leases": &s.leases, "acks": &s.acks} {
-		want := map[string][]string{"offers": offers, "leases": leases, "acks": acks}[name]
-		if err := sameKeys(name, tree, want, str); err != nil {
-			return err
-		}
-	}
-	if err := sameGroups("byTarget", &s.byTarget, byTarget, str); err != nil {
+	// The offer indexes must hold their keys in Lease's order, (time, ID),
+	// whatever comparator their trees were given; the others in key order.
+	if err := sameKeys("offers", &s.offers, offers, str, s.offerOrder); err != nil {
 		return err
 	}
-	if err := sameGroups("byCeremony", &s.byCeremony, byCeremony, str); err != nil {
+	if err := sameKeys("leases", &s.leases, leases, str, slotKey.compare); err != nil {
 		return err
 	}
-	if err := sameGroups("open", &s.open, open, func(k idKey) string { return string(k) }); err != nil {
+	if err := sameKeys("acks", &s.acks, acks, str, slotKey.compare); err != nil {
+		return err
+	}
+	if err := sameGroups("byTarget", &s.byTarget, byTarget, str, s.offerOrder); err != nil {
+		return err
+	}
+	if err := sameGroups("byCeremony", &s.byCeremony, byCeremony, str, s.offerOrder); err != nil {
+		return err
+	}
+	if err := sameGroups("open", &s.open, open, idStr, idKey.compare); err != nil {
 		return err
 	}
 	got := map[ledger.Owner][]string{}
@@ -71,9 +86,12 @@ func checkStore(s *Store) error {
 			if len(set) == 0 && len(a.byInc) > 1 {
 				return fmt.Errorf("holders: empty set kept for superseded %s/%s", agent, inc)
 			}
-			for id := range set {
+			for slot := range set {
+				if int(slot) >= len(s.recs) {
+					return fmt.Errorf("holders: slot %d out of range", slot)
+				}
 				o := ledger.Owner{Agent: agent, Incarnation: inc}
-				got[o] = append(got[o], string(id))
+				got[o] = append(got[o], string(s.recs[slot].ID))
 				n++
 			}
 		}
@@ -101,10 +119,17 @@ func checkStore(s *Store) error {
 	return nil
 }
 
-func sameKeys[K ordered[K]](name string, t *btree[K], want []string, str func(K) string) error {
+// sameKeys checks the structure of t, that its keys ascend strictly by
+// order, and that they are want (as str prints them, in any order).
+func sameKeys[K ordered[K]](name string, t *btree[K], want []string, str func(K) string, order func(a, b K) int) error {
 	keys, err := checkTree(t)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
+	}
+	for i := 1; i < len(keys); i++ {
+		if order(keys[i-1], keys[i]) >= 0 {
+			return fmt.Errorf("%s: keys out of order at %d: %v then %v", name, i, keys[i-1], keys[i])
+		}
 	}
 	have := make([]string, len(keys))
 	for i, k := range keys {
@@ -118,7 +143,7 @@ func sameKeys[K ordered[K]](name string, t *btree[K], want []string, str func(K)
 	return nil
 }
 
-func sameGroups[N comparable, K ordered[K]](name string, g *groups[N, K], want map[N][]string, str func(K) string) error {
+func sameGroups[N comparable, K ordered[K]](name string, g *groups[N, K], want map[N][]string, str func(K) string, order func(a, b K) int) error {
 	empty := 0
 	for n, t := range g.m {
 		if t.Len() == 0 {
@@ -137,7 +162,7 @@ func sameGroups[N comparable, K ordered[K]](name string, g *groups[N, K], want m
 		if t == nil {
 			return fmt.Errorf("%s: group %v missing", name, n)
 		}
-		if err := sameKeys(fmt.Sprintf("%s[%v]", name, n), t, keys, str); err != nil {
+		if err := sameKeys(fmt.Sprintf("%s[%v]", name, n), t, keys, str, order); err != nil {
 			return err
 		}
 	}
@@ -161,10 +186,10 @@ func checkOutbox(o *Outbox) error {
 			scheduled = append(scheduled, str(entryKey(p.NextAttemptAt, id)))
 		}
 	}
-	if err := sameKeys("pending", &o.pending, pending, str); err != nil {
+	if err := sameKeys("pending", &o.pending, pending, str, timeKey.compare); err != nil {
 		return err
 	}
-	return sameKeys("scheduled", &o.scheduled, scheduled, str)
+	return sameKeys("scheduled", &o.scheduled, scheduled, str, timeKey.compare)
 }
 
 // visits sums the node visits of every index of s.

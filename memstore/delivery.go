@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/leaseledger/ledger"
@@ -32,9 +33,13 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 	// Build the record (and its payload copy) before taking the lock.
 	d := ledger.NewDelivery(req, s.cfg.policy, ledger.Normalize(now))
 	s.mu.Lock()
-	r := s.enqueueLocked(req, d)
+	r := s.enqueueLocked(req, &d)
 	s.mu.Unlock()
-	r.Delivery = r.Delivery.Clone()
+	if r.Outcome == ledger.OutcomeApplied {
+		r.Delivery = d.Clone() // d is what was stored
+	} else {
+		r.Delivery = r.Delivery.Clone()
+	}
 	return r, nil
 }
 
@@ -55,23 +60,36 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 	out := make([]ledger.DeliveryResult, len(reqs))
 	s.mu.Lock()
 	for i, req := range reqs {
-		out[i] = s.enqueueLocked(req, built[i])
+		// A stored record is copied into its result only when it is not
+		// the one just built: built[i] already holds that one.
+		if r := s.enqueueLocked(req, &built[i]); r.Outcome != ledger.OutcomeApplied {
+			out[i] = r
+		} else {
+			out[i].Outcome = ledger.OutcomeApplied
+		}
 	}
 	s.mu.Unlock()
 	for i := range out {
-		out[i].Delivery = out[i].Delivery.Clone()
+		if out[i].Outcome == ledger.OutcomeApplied {
+			out[i].Delivery = built[i].Clone()
+		} else {
+			out[i].Delivery = out[i].Delivery.Clone()
+		}
 	}
 	return out, nil
 }
 
-// enqueueLocked stores d, built from req, unless req.ID is taken. The
-// caller holds s.mu.
-func (s *Store) enqueueLocked(req ledger.EnqueueRequest, d ledger.Delivery) ledger.DeliveryResult {
-	if p, ok := s.records[req.ID]; ok {
+// enqueueLocked stores *d, built from req, unless req.ID is taken: then it
+// answers the outcome with the stored record. On OutcomeApplied the result
+// carries no record, since the stored one is a copy of *d. The caller
+// holds s.mu.
+func (s *Store) enqueueLocked(req ledger.EnqueueRequest, d *ledger.Delivery) ledger.DeliveryResult {
+	if slot, ok := s.records[req.ID]; ok {
+		p := s.recs[slot]
 		return ledger.DeliveryResult{Outcome: p.EnqueueAgain(req, s.cfg.policy), Delivery: *p}
 	}
 	s.insert(d)
-	return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: d}
+	return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied}
 }
 
 // Lease hands out up to limit offerable deliveries matching filter, oldest
@@ -91,14 +109,18 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	var res ledger.LeaseResult
 	s.mu.Lock()
 	res.Reclaimed = s.reclaim(owner, now)
-	var buf [8]*ledger.Delivery // most calls pick few: no allocation
-	picks := s.pick(filter, now, limit, buf[:0])
+	var buf [16]uint32 // most calls pick few: no allocation
+	picks := buf[:0]
+	if limit > len(buf) {
+		picks = make([]uint32, 0, limit) // once, not a doubling per 16 picks
+	}
+	picks = s.pick(filter, now, limit, picks)
 	if len(picks) > 0 {
 		res.Leased = make([]ledger.LeasedDelivery, 0, len(picks))
 	}
-	for _, p := range picks {
-		d, lease := p.Grant(owner, ledger.NewToken(), now, duration)
-		s.replace(p, d)
+	for _, slot := range picks {
+		d, lease := s.recs[slot].Grant(owner, ledger.NewToken(), now, duration)
+		s.replace(slot, &d)
 		res.Leased = append(res.Leased, ledger.LeasedDelivery{Lease: lease, Delivery: d})
 	}
 	s.mu.Unlock()
@@ -113,35 +135,23 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 // incarnation only, and one step per delivery taken back otherwise. The
 // caller holds s.mu.
 func (s *Store) reclaim(owner ledger.Owner, now time.Time) []ledger.DeliveryID {
-	ids := s.holders.others(owner)
-	if len(ids) == 0 {
+	slots := s.holders.others(owner)
+	if len(slots) == 0 {
 		return nil
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		p := s.records[id]
-		s.replace(p, p.Reclaim(owner, now))
+	slices.SortFunc(slots, func(a, b uint32) int { return strings.Compare(string(s.recs[a].ID), string(s.recs[b].ID)) })
+	ids := make([]ledger.DeliveryID, len(slots))
+	for i, slot := range slots {
+		d := s.recs[slot].Reclaim(owner, now)
+		s.replace(slot, &d)
+		ids[i] = d.ID
 	}
 	return ids
 }
 
-// pick appends to picks up to limit deliveries Lease may grant, in grant
-// order, without changing anything. The caller holds s.mu.
-func (s *Store) pick(filter ledger.LeaseFilter, now time.Time, limit int, picks []*ledger.Delivery) []*ledger.Delivery {
-	end := now.UnixMicro()
-	// scan takes offerable deliveries from t in order, up to limit, until
-	// the first one not yet available.
-	scan := func(t *btree[timeKey], match func(ledger.Target) bool) {
-		if t == nil {
-			return
-		}
-		c := t.first()
-		for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
-			if p := s.records[ledger.DeliveryID(k.id)]; (match == nil || match(p.Target)) && p.Offerable(now) {
-				picks = append(picks, p)
-			}
-		}
-	}
+// pick appends to picks the slots of up to limit deliveries Lease may
+// grant, in grant order, without changing anything. The caller holds s.mu.
+func (s *Store) pick(filter ledger.LeaseFilter, now time.Time, limit int, picks []uint32) []uint32 {
 	switch {
 	case filter.Ceremony != "":
 		// The ceremony's index is usually the smaller one; the target
@@ -150,13 +160,28 @@ func (s *Store) pick(filter ledger.LeaseFilter, now time.Time, limit int, picks 
 		if len(filter.Targets) > 0 {
 			match = targetMatcher(filter.Targets)
 		}
-		scan(s.byCeremony.get(filter.Ceremony), match)
+		return s.scan(s.byCeremony.get(filter.Ceremony), match, now, limit, picks)
 	case len(filter.Targets) == 0:
-		scan(&s.offers, nil)
+		return s.scan(&s.offers, nil, now, limit, picks)
 	case len(filter.Targets) == 1:
-		scan(s.byTarget.get(filter.Targets[0]), nil)
-	default:
-		picks = s.pickMerged(filter.Targets, now, limit, picks)
+		return s.scan(s.byTarget.get(filter.Targets[0]), nil, now, limit, picks)
+	}
+	return s.pickMerged(filter.Targets, now, limit, picks)
+}
+
+// scan appends to picks the offerable deliveries of offer index t (nil:
+// none) whose target match accepts (nil: any), in order, up to limit in
+// all, stopping at the first one not yet available.
+func (s *Store) scan(t *btree[slotKey], match func(ledger.Target) bool, now time.Time, limit int, picks []uint32) []uint32 {
+	if t == nil {
+		return picks
+	}
+	end := now.UnixMicro()
+	c := t.first()
+	for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
+		if p := s.recs[k.slot]; (match == nil || match(p.Target)) && p.Offerable(now) {
+			picks = append(picks, k.slot)
+		}
 	}
 	return picks
 }
@@ -164,9 +189,9 @@ func (s *Store) pick(filter ledger.LeaseFilter, now time.Time, limit int, picks 
 // pickMerged walks the offer indexes of several targets together, taking
 // the smallest head each time, so that the grant order is the same as one
 // index holding all of them would give.
-func (s *Store) pickMerged(targets []ledger.Target, now time.Time, limit int, picks []*ledger.Delivery) []*ledger.Delivery {
+func (s *Store) pickMerged(targets []ledger.Target, now time.Time, limit int, picks []uint32) []uint32 {
 	end := now.UnixMicro()
-	var h mergeHeap
+	h := mergeHeap{cmp: s.offerOrder}
 	seen := make(map[ledger.Target]struct{}, len(targets))
 	for _, tg := range targets {
 		if _, dup := seen[tg]; dup {
@@ -176,18 +201,18 @@ func (s *Store) pickMerged(targets []ledger.Target, now time.Time, limit int, pi
 		if t := s.byTarget.get(tg); t != nil {
 			c := t.first()
 			if k, ok := c.next(); ok && k.at <= end {
-				h = append(h, mergeHead{k: k, c: c})
+				h.heads = append(h.heads, mergeHead{k: k, c: c})
 			}
 		}
 	}
 	heap.Init(&h)
-	for len(h) > 0 && len(picks) < limit {
-		head := &h[0]
+	for len(h.heads) > 0 && len(picks) < limit {
+		head := &h.heads[0]
 		if head.k.at > end {
 			break // the smallest head is in the future, so is every other
 		}
-		if p := s.records[ledger.DeliveryID(head.k.id)]; p.Offerable(now) {
-			picks = append(picks, p)
+		if s.recs[head.k.slot].Offerable(now) {
+			picks = append(picks, head.k.slot)
 		}
 		if k, ok := head.c.next(); ok {
 			head.k = k
@@ -201,21 +226,23 @@ func (s *Store) pickMerged(targets []ledger.Target, now time.Time, limit int, pi
 
 // mergeHead is one target's cursor and the key it stands on.
 type mergeHead struct {
-	k timeKey
-	c cursor[timeKey]
+	k slotKey
+	c cursor[slotKey]
 }
 
-// mergeHeap is a min-heap of cursors by their current key.
-type mergeHeap []mergeHead
+// mergeHeap is a min-heap of cursors by their current key, in offer order.
+type mergeHeap struct {
+	heads []mergeHead
+	cmp   func(a, b slotKey) int
+}
 
-func (h mergeHeap) Len() int           { return len(h) }
-func (h mergeHeap) Less(i, j int) bool { return h[i].k.compare(h[j].k) < 0 }
-func (h mergeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)        { *h = append(*h, x.(mergeHead)) }
+func (h *mergeHeap) Len() int           { return len(h.heads) }
+func (h *mergeHeap) Less(i, j int) bool { return h.cmp(h.heads[i].k, h.heads[j].k) < 0 }
+func (h *mergeHeap) Swap(i, j int)      { h.heads[i], h.heads[j] = h.heads[j], h.heads[i] }
+func (h *mergeHeap) Push(x any)         { h.heads = append(h.heads, x.(mergeHead)) }
 func (h *mergeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+	x := h.heads[len(h.heads)-1]
+	h.heads = h.heads[:len(h.heads)-1]
 	return x
 }
 
@@ -327,16 +354,16 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 // stands; OutcomeNotFound with a zero record for an unknown ID.
 func (s *Store) apply(id ledger.DeliveryID, step func(ledger.Delivery) (ledger.Delivery, ledger.Outcome)) ledger.DeliveryResult {
 	s.mu.Lock()
-	p, ok := s.records[id]
+	slot, ok := s.records[id]
 	if !ok {
 		s.mu.Unlock()
 		return ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
 	}
-	d, o := step(*p)
+	d, o := step(*s.recs[slot])
 	if o == ledger.OutcomeApplied {
-		s.replace(p, d)
+		s.replace(slot, &d)
 	} else {
-		d = *p // a call that does not apply writes, and changes, nothing
+		d = *s.recs[slot] // a call that does not apply writes, and changes, nothing
 	}
 	s.mu.Unlock()
 	return ledger.DeliveryResult{Outcome: o, Delivery: d.Clone()}
@@ -354,16 +381,16 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 	end := now.UnixMicro()
 	var res ledger.SweepResult
 	s.mu.Lock()
-	var due []*ledger.Delivery
-	for _, t := range []*btree[timeKey]{&s.leases, &s.acks} {
+	var due []uint32
+	for _, t := range []*btree[slotKey]{&s.leases, &s.acks} {
 		c := t.first()
 		for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
-			due = append(due, s.records[ledger.DeliveryID(k.id)])
+			due = append(due, k.slot)
 		}
 	}
-	for _, p := range due {
-		if d, changed := p.Expire(now); changed {
-			s.replace(p, d)
+	for _, slot := range due {
+		if d, changed := s.recs[slot].Expire(now); changed {
+			s.replace(slot, &d)
 			res.Changed = append(res.Changed, d.ID)
 		}
 	}
@@ -389,9 +416,9 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 			ids = append(ids, ledger.DeliveryID(k))
 		}
 		for _, id := range ids {
-			p := s.records[id]
-			if d, o := p.Abandon(cause, now); o == ledger.OutcomeApplied {
-				s.replace(p, d)
+			slot := s.records[id]
+			if d, o := s.recs[slot].Abandon(cause, now); o == ledger.OutcomeApplied {
+				s.replace(slot, &d)
 				res.Changed = append(res.Changed, id)
 			}
 		}
@@ -414,14 +441,14 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 	var changed []ledger.DeliveryID
 	s.mu.Lock()
 	if t := s.byTarget.get(previous); t != nil {
-		ps := make([]*ledger.Delivery, 0, t.Len())
+		slots := make([]uint32, 0, t.Len())
 		c := t.first()
 		for k, ok := c.next(); ok; k, ok = c.next() {
-			ps = append(ps, s.records[ledger.DeliveryID(k.id)])
+			slots = append(slots, k.slot)
 		}
-		for _, p := range ps {
-			if d, ok := p.Supersede(replacement, mode, now); ok {
-				s.replace(p, d)
+		for _, slot := range slots {
+			if d, ok := s.recs[slot].Supersede(replacement, mode, now); ok {
+				s.replace(slot, &d)
 				changed = append(changed, d.ID)
 			}
 		}
@@ -441,10 +468,10 @@ func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery,
 		return ledger.Delivery{}, err
 	}
 	s.mu.Lock()
-	p, ok := s.records[id]
+	slot, ok := s.records[id]
 	var d ledger.Delivery
 	if ok {
-		d = *p
+		d = *s.recs[slot]
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -476,7 +503,7 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 		if after != "" && ledger.DeliveryID(k) == after {
 			continue
 		}
-		p := s.records[ledger.DeliveryID(k)]
+		p := s.recs[s.records[ledger.DeliveryID(k)]]
 		if !match(p) {
 			continue
 		}

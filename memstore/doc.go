@@ -53,7 +53,7 @@
 //
 // Records are never deleted (retention is a separate concern), so a Store
 // grows with everything ever enqueued. A million open deliveries with
-// 256-byte payloads take about 720 MiB of heap: per delivery, the record
-// (328 bytes, allocated in blocks), its payload, and about 140 bytes of
-// map and index entries (BenchmarkHeapOpen1M measures it).
+// 256-byte payloads take about 710 MiB of heap: per delivery, the record
+// (328 bytes, allocated in blocks), its payload, and about 130 bytes of
+// map, table and index entries (BenchmarkHeapOpen1M measures it).
 package memstore

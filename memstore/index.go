@@ -34,6 +34,31 @@ func (a timeKey) compare(b timeKey) int {
 	return strings.Compare(a.id, b.id)
 }
 
+// slotKey orders records by a time (Unix microseconds), then by record
+// number (the record's slot in the store's table). It holds no pointer, so
+// index nodes built of slot keys are never scanned by the garbage collector
+// and moving them needs no write barrier. Its own order breaks ties by
+// slot; the offer indexes, which must break ties by ID, set a comparator
+// that looks the IDs up (Store.offerOrder).
+type slotKey struct {
+	at   int64
+	slot uint32
+}
+
+func (a slotKey) compare(b slotKey) int {
+	switch {
+	case a.at < b.at:
+		return -1
+	case a.at > b.at:
+		return 1
+	case a.slot < b.slot:
+		return -1
+	case a.slot > b.slot:
+		return 1
+	}
+	return 0
+}
+
 // idKey orders records by ID in byte order, the order of List.
 type idKey string
 
@@ -58,6 +83,18 @@ type btree[K ordered[K]] struct {
 	// visits counts nodes touched by searches, inserts and deletes. Tests
 	// read it to check that operations stay logarithmic.
 	visits int
+	// cmp, when set, orders the keys instead of K.compare: an index whose
+	// order needs more than its keys hold sets it before the first insert
+	// and never changes it.
+	cmp func(a, b K) int
+}
+
+// order returns the comparison that orders t.
+func (t *btree[K]) order() func(a, b K) int {
+	if t.cmp != nil {
+		return t.cmp
+	}
+	return K.compare
 }
 
 type bnode[K ordered[K]] struct {
@@ -69,17 +106,38 @@ func (n *bnode[K]) leaf() bool { return len(n.kids) == 0 }
 
 // search returns the index of the first item not less than k, and whether
 // that item equals k.
-func (n *bnode[K]) search(k K) (int, bool) {
+func (n *bnode[K]) search(k K, cmp func(a, b K) int) (int, bool) {
 	lo, hi := 0, len(n.items)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if n.items[m].compare(k) < 0 {
+		if cmp(n.items[m], k) < 0 {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return lo, lo < len(n.items) && n.items[lo].compare(k) == 0
+	return lo, lo < len(n.items) && cmp(n.items[lo], k) == 0
+}
+
+// searchEnds is search for inserts and deletes. It tries both ends of the
+// node before bisecting: indexes are mostly queues, whose keys go in after
+// the last one (times arrive in order) and leave from the front, and then
+// one comparison settles a node instead of log2(maxItems).
+func (n *bnode[K]) searchEnds(k K, cmp func(a, b K) int) (int, bool) {
+	last := len(n.items) - 1
+	if last < 0 {
+		return 0, false
+	}
+	if c := cmp(n.items[last], k); c <= 0 {
+		if c == 0 {
+			return last, true
+		}
+		return last + 1, false
+	}
+	if c := cmp(n.items[0], k); c >= 0 {
+		return 0, c == 0
+	}
+	return n.search(k, cmp)
 }
 
 // Len returns the number of keys in the set.
@@ -87,9 +145,10 @@ func (t *btree[K]) Len() int { return t.count }
 
 // has reports whether k is in the set.
 func (t *btree[K]) has(k K) bool {
+	cmp := t.order()
 	for n := t.root; n != nil; {
 		t.visits++
-		i, found := n.search(k)
+		i, found := n.search(k, cmp)
 		if found {
 			return true
 		}
@@ -103,18 +162,19 @@ func (t *btree[K]) has(k K) bool {
 
 // insert adds k; it reports false when k was already there.
 func (t *btree[K]) insert(k K) bool {
+	cmp := t.order()
 	if t.root == nil {
 		t.root = &bnode[K]{items: make([]K, 0, 4)}
 	}
 	if len(t.root.items) >= maxItems {
 		old := t.root
-		median, right := old.split(splitPoint(old, k))
+		median, right := old.split(splitPoint(old, k, cmp))
 		t.root = &bnode[K]{items: []K{median}, kids: []*bnode[K]{old, right}}
 	}
 	n := t.root
 	for {
 		t.visits++
-		i, found := n.search(k)
+		i, found := n.searchEnds(k, cmp)
 		if found {
 			return false
 		}
@@ -127,10 +187,10 @@ func (t *btree[K]) insert(k K) bool {
 		if len(child.items) >= maxItems {
 			// Split a full child before entering it, so that the leaf
 			// always has room and no split ever has to walk back up.
-			median, right := child.split(splitPoint(child, k))
+			median, right := child.split(splitPoint(child, k, cmp))
 			n.items = slices.Insert(n.items, i, median)
 			n.kids = slices.Insert(n.kids, i+1, right)
-			switch c := k.compare(median); {
+			switch c := cmp(k, median); {
 			case c == 0:
 				return false
 			case c > 0:
@@ -145,11 +205,11 @@ func (t *btree[K]) insert(k K) bool {
 // the node's last item (times and sequential IDs arriving in order) leave
 // the left node nearly full instead of half full; keys before its first
 // item do the mirror image. Other keys split in the middle.
-func splitPoint[K ordered[K]](n *bnode[K], k K) int {
+func splitPoint[K ordered[K]](n *bnode[K], k K, cmp func(a, b K) int) int {
 	switch {
-	case k.compare(n.items[len(n.items)-1]) > 0:
+	case cmp(k, n.items[len(n.items)-1]) > 0:
 		return len(n.items) - 2
-	case k.compare(n.items[0]) < 0:
+	case cmp(k, n.items[0]) < 0:
 		return 1
 	}
 	return len(n.items) / 2
@@ -175,11 +235,12 @@ func (t *btree[K]) delete(k K) bool {
 	if t.root == nil {
 		return false
 	}
+	cmp := t.order()
 	removed := false
 	n := t.root
 	for {
 		t.visits++
-		i, found := n.search(k)
+		i, found := n.searchEnds(k, cmp)
 		if n.leaf() {
 			if found {
 				n.items = slices.Delete(n.items, i, i+1)
@@ -191,7 +252,7 @@ func (t *btree[K]) delete(k K) bool {
 			// Make sure the child can lose an item before entering it;
 			// the rotation or merge may move k, so search again.
 			n.grow(i)
-			i, found = n.search(k)
+			i, found = n.searchEnds(k, cmp)
 		}
 		if found {
 			n.items[i] = n.kids[i].popMax(&t.visits)
@@ -316,8 +377,9 @@ func (c *cursor[K]) top() *frame[K] {
 // seek returns a cursor at the first key not less than from.
 func (t *btree[K]) seek(from K) cursor[K] {
 	c := cursor[K]{visits: &t.visits}
+	cmp := t.order()
 	for n := t.root; n != nil; {
-		i, _ := n.search(from)
+		i, _ := n.search(from, cmp)
 		c.push(n, i)
 		if n.leaf() {
 			break

@@ -55,8 +55,9 @@ func checkTree[K ordered[K]](t *btree[K]) ([]K, error) {
 			return nil, fmt.Errorf("empty inner root left in place")
 		}
 	}
+	order := t.order()
 	for i := 1; i < len(keys); i++ {
-		if keys[i-1].compare(keys[i]) >= 0 {
+		if order(keys[i-1], keys[i]) >= 0 {
 			return nil, fmt.Errorf("keys out of order at %d: %v then %v", i, keys[i-1], keys[i])
 		}
 	}

@@ -19,7 +19,7 @@ func snapshot(s *Store) []ledger.Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]ledger.Delivery, 0, len(s.records))
-	for _, p := range s.records {
+	for _, p := range s.recs {
 		out = append(out, p.Clone())
 	}
 	slices.SortFunc(out, func(a, b ledger.Delivery) int { return compareIDs(a.ID, b.ID) })

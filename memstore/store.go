@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -81,9 +82,14 @@ type Store struct {
 	outbox *Outbox
 
 	mu sync.Mutex
-	// records holds every delivery ever enqueued, by ID. Transitions
-	// replace the record in place, after updating the indexes below.
-	records map[ledger.DeliveryID]*ledger.Delivery
+	// records maps the ID of every delivery ever enqueued to its slot, the
+	// record's number in recs. Records are never deleted, so a slot never
+	// changes hands.
+	records map[ledger.DeliveryID]uint32
+	// recs holds every record by slot. Transitions replace the record in
+	// place, after updating the indexes below. The time indexes key
+	// records by slot, not by ID, so that their nodes hold no pointers.
+	recs []*ledger.Delivery
 	// slab is the block new records are placed in. Records are never
 	// deleted, so blocks never need freeing; one allocation per block
 	// instead of per record saves time and the allocator's rounding.
@@ -91,18 +97,20 @@ type Store struct {
 	// ids orders every delivery by ID, for List.
 	ids btree[idKey]
 	// offers holds the candidates of Lease (Offered and Leased deliveries)
-	// by (AvailableAt, ID); byTarget and byCeremony hold the same
-	// candidates split by target and by ceremony. For a Leased delivery
-	// AvailableAt is its lease's expiry, when it becomes offerable again.
-	offers     btree[timeKey]
-	byTarget   groups[ledger.Target, timeKey]
-	byCeremony groups[ledger.CeremonyID, timeKey]
+	// by (AvailableAt, ID) (offerOrder); byTarget and byCeremony hold the
+	// same candidates split by target and by ceremony. For a Leased
+	// delivery AvailableAt is its lease's expiry, when it becomes
+	// offerable again.
+	offers     btree[slotKey]
+	byTarget   groups[ledger.Target, slotKey]
+	byCeremony groups[ledger.CeremonyID, slotKey]
 	// open holds each ceremony's open deliveries by ID, for ExpireCeremony.
 	open groups[ledger.CeremonyID, idKey]
-	// leases holds Leased deliveries by (lease ExpiresAt, ID) and acks
-	// Acknowledged ones by (Ack.Deadline, ID), for Expire.
-	leases btree[timeKey]
-	acks   btree[timeKey]
+	// leases holds Leased deliveries by (lease ExpiresAt, slot) and acks
+	// Acknowledged ones by (Ack.Deadline, slot), for Expire, which needs
+	// every due record but no particular order among them.
+	leases btree[slotKey]
+	acks   btree[slotKey]
 	// holders holds Leased deliveries by agent and incarnation, for the
 	// incarnation rule of Lease.
 	holders holderIndex
@@ -119,12 +127,16 @@ const maxSlab = 32 << 10 / int(unsafe.Sizeof(ledger.Delivery{}))
 // beside it.
 func New(opts ...Option) *Store {
 	cfg := newConfig(opts)
-	return &Store{
+	s := &Store{
 		cfg:     cfg,
 		outbox:  newOutbox(cfg),
-		records: make(map[ledger.DeliveryID]*ledger.Delivery),
+		records: make(map[ledger.DeliveryID]uint32),
 		fences:  make(map[ledger.Target]*ledger.Fence),
 	}
+	s.offers.cmp = s.offerOrder
+	s.byTarget.cmp = s.offerOrder
+	s.byCeremony.cmp = s.offerOrder
+	return s
 }
 
 // Outbox returns the outbox living beside s, configured with the same
@@ -132,9 +144,24 @@ func New(opts ...Option) *Store {
 // one Go type; it has its own lock and shares no records with s.
 func (s *Store) Outbox() *Outbox { return s.outbox }
 
-// key returns the index key of a record by one of its times.
-func key(t time.Time, id ledger.DeliveryID) timeKey {
-	return timeKey{at: t.UnixMicro(), id: string(id)}
+// key returns the index key of the record in slot by one of its times.
+func key(t time.Time, slot uint32) slotKey {
+	return slotKey{at: t.UnixMicro(), slot: slot}
+}
+
+// offerOrder orders the offer indexes the way Lease hands deliveries out:
+// by time (AvailableAt), then by ID. Only keys of equal time reach the IDs.
+// The caller holds s.mu.
+func (s *Store) offerOrder(a, b slotKey) int {
+	switch {
+	case a.at < b.at:
+		return -1
+	case a.at > b.at:
+		return 1
+	case a.slot == b.slot:
+		return 0
+	}
+	return strings.Compare(string(s.recs[a.slot].ID), string(s.recs[b.slot].ID))
 }
 
 // candidate reports whether d belongs in the offer indexes.
@@ -157,58 +184,62 @@ func openInCeremony(d *ledger.Delivery) bool {
 	return d != nil && d.Ceremony != "" && !d.State.Terminal()
 }
 
-// insert stores a new record and indexes it. The caller holds s.mu.
-func (s *Store) insert(d ledger.Delivery) *ledger.Delivery {
+// insert stores a new record and indexes it. The caller holds s.mu and
+// has checked that d.ID is new.
+func (s *Store) insert(d *ledger.Delivery) {
 	if len(s.slab) == cap(s.slab) {
 		// Blocks grow with the store, so a small store stays small.
-		s.slab = make([]ledger.Delivery, 0, min(maxSlab, max(4, len(s.records)/8)))
+		s.slab = make([]ledger.Delivery, 0, min(maxSlab, max(4, len(s.recs)/8)))
 	}
-	s.slab = append(s.slab, d)
+	s.slab = append(s.slab, *d)
 	p := &s.slab[len(s.slab)-1]
-	s.records[d.ID] = p
+	slot := uint32(len(s.recs))
+	s.recs = append(s.recs, p)
+	s.records[d.ID] = slot
 	s.ids.insert(idKey(d.ID))
-	s.reindex(nil, p)
-	return p
+	s.reindex(slot, nil, p)
 }
 
-// replace overwrites the record at p with d, moving it between indexes
+// replace overwrites the record in slot with d, moving it between indexes
 // first. Every transition that writes goes through here, so no change of
 // State, Target, Ceremony, AvailableAt, lease or acknowledgement can miss
 // an index. The caller holds s.mu.
-func (s *Store) replace(p *ledger.Delivery, d ledger.Delivery) {
-	s.reindex(p, &d)
-	*p = d
+func (s *Store) replace(slot uint32, d *ledger.Delivery) {
+	p := s.recs[slot]
+	s.reindex(slot, p, d)
+	*p = *d
 }
 
-// reindex moves a record from the index entries of old (nil for a new
-// record) to those of d, touching only the indexes whose key changed.
-func (s *Store) reindex(old, d *ledger.Delivery) {
+// reindex moves the record in slot from the index entries of old (nil for
+// a new record) to those of d, touching only the indexes whose key
+// changed.
+func (s *Store) reindex(slot uint32, old, d *ledger.Delivery) {
 	if wasIn, isIn := candidate(old), candidate(d); wasIn != isIn || (wasIn &&
 		(!old.AvailableAt.Equal(d.AvailableAt) || old.Target != d.Target || old.Ceremony != d.Ceremony)) {
 		if wasIn {
-			s.removeOffer(old)
+			s.removeOffer(slot, old)
 		}
 		if isIn {
-			s.addOffer(d)
+			s.addOffer(slot, d)
 		}
 	}
 	if wasIn, isIn := leased(old), leased(d); wasIn != isIn || (wasIn &&
 		(!old.Lease.ExpiresAt.Equal(d.Lease.ExpiresAt) || old.Lease.Owner != d.Lease.Owner)) {
 		if wasIn {
-			s.leases.delete(key(old.Lease.ExpiresAt, old.ID))
-			s.holders.remove(old.Lease.Owner, old.ID)
+			s.leases.delete(key(old.Lease.ExpiresAt, slot))
+			s.holders.remove(old.Lease.Owner, slot)
 		}
 		if isIn {
-			s.leases.insert(key(d.Lease.ExpiresAt, d.ID))
-			s.holders.add(d.Lease.Owner, d.ID)
+			s.leases.insert(key(d.Lease.ExpiresAt, slot))
+			s.holders.add(d.Lease.Owner, slot)
 		}
 	}
 	if wasIn, isIn := acked(old), acked(d); wasIn != isIn || (wasIn && !old.Ack.Deadline.Equal(d.Ack.Deadline)) {
 		if wasIn {
-			s.acks.delete(key(old.Ack.Deadline, old.ID))
+			s.acks.delete(key(old.Ack.Deadline, slot))
 		}
 		if isIn {
-			s.acks.insert(key(d.Ack.Deadline, d.ID))
+			s.acks.insert(key(d.Ack.Deadline, slot))
 		}
 	}
 	if wasIn, isIn := openInCeremony(old), openInCeremony(d); wasIn != isIn || (wasIn && old.Ceremony != d.Ceremony) {
@@ -221,8 +252,8 @@ func (s *Store) reindex(old, d *ledger.Delivery) {
 	}
 }
 
-func (s *Store) addOffer(d *ledger.Delivery) {
-	k := key(d.AvailableAt, d.ID)
+func (s *Store) addOffer(slot uint32, d *ledger.Delivery) {
+	k := key(d.AvailableAt, slot)
 	s.offers.insert(k)
 	s.byTarget.add(d.Target, k)
 	if d.Ceremony != "" {
@@ -230,8 +261,8 @@ func (s *Store) addOffer(d *ledger.Delivery) {
 	}
 }
 
-func (s *Store) removeOffer(d *ledger.Delivery) {
-	k := key(d.AvailableAt, d.ID)
+func (s *Store) removeOffer(slot uint32, d *ledger.Delivery) {
+	k := key(d.AvailableAt, slot)
 	s.offers.delete(k)
 	s.byTarget.remove(d.Target, k)
 	if d.Ceremony != "" {
@@ -250,16 +281,16 @@ type holderIndex struct {
 
 type agentLeases struct {
 	held  int
-	byInc map[string]map[ledger.DeliveryID]struct{}
+	byInc map[string]map[uint32]struct{} // slots by incarnation
 }
 
-func (h *holderIndex) add(o ledger.Owner, id ledger.DeliveryID) {
+func (h *holderIndex) add(o ledger.Owner, slot uint32) {
 	if h.agents == nil {
 		h.agents = make(map[string]*agentLeases)
 	}
 	a := h.agents[o.Agent]
 	if a == nil {
-		a = &agentLeases{byInc: make(map[string]map[ledger.DeliveryID]struct{}, 1)}
+		a = &agentLeases{byInc: make(map[string]map[uint32]struct{}, 1)}
 		h.agents[o.Agent] = a
 	} else if a.held == 0 {
 		h.idle--
@@ -272,23 +303,23 @@ func (h *holderIndex) add(o ledger.Owner, id ledger.DeliveryID) {
 				delete(a.byInc, inc)
 			}
 		}
-		set = make(map[ledger.DeliveryID]struct{})
+		set = make(map[uint32]struct{})
 		a.byInc[o.Incarnation] = set
 	}
-	set[id] = struct{}{}
+	set[slot] = struct{}{}
 	a.held++
 }
 
-func (h *holderIndex) remove(o ledger.Owner, id ledger.DeliveryID) {
+func (h *holderIndex) remove(o ledger.Owner, slot uint32) {
 	a := h.agents[o.Agent]
 	if a == nil {
 		return
 	}
 	set := a.byInc[o.Incarnation]
-	if _, ok := set[id]; !ok {
+	if _, ok := set[slot]; !ok {
 		return
 	}
-	delete(set, id)
+	delete(set, slot)
 	a.held--
 	// An agent's last incarnation keeps its (empty) set, so that an agent
 	// whose leases come and go does not reallocate it; a superseded
@@ -312,23 +343,23 @@ func (h *holderIndex) remove(o ledger.Owner, id ledger.DeliveryID) {
 	}
 }
 
-// others returns the deliveries Leased to o's agent under incarnations
-// other than o's, in no particular order.
-func (h *holderIndex) others(o ledger.Owner) []ledger.DeliveryID {
+// others returns the slots of the deliveries Leased to o's agent under
+// incarnations other than o's, in no particular order.
+func (h *holderIndex) others(o ledger.Owner) []uint32 {
 	a := h.agents[o.Agent]
 	if a == nil || a.held == len(a.byInc[o.Incarnation]) {
 		return nil
 	}
-	var ids []ledger.DeliveryID
+	var slots []uint32
 	for inc, set := range a.byInc {
 		if inc == o.Incarnation {
 			continue
 		}
-		for id := range set {
-			ids = append(ids, id)
+		for slot := range set {
+			slots = append(slots, slot)
 		}
 	}
-	return ids
+	return slots
 }
 
 // groups is a family of indexes by name (target or ceremony). A tree that
@@ -339,6 +370,8 @@ func (h *holderIndex) others(o ledger.Owner) []ledger.DeliveryID {
 type groups[N comparable, K ordered[K]] struct {
 	m     map[N]*btree[K]
 	empty int // trees in m holding nothing
+	// cmp is the comparator of every tree of the family (see btree.cmp).
+	cmp func(a, b K) int
 }
 
 // get returns the tree of name; nil or empty when name has nothing.
@@ -351,7 +384,7 @@ func (g *groups[N, K]) add(name N, k K) {
 	t := g.m[name]
 	switch {
 	case t == nil:
-		t = &btree[K]{}
+		t = &btree[K]{cmp: g.cmp}
 		g.m[name] = t
 	case t.Len() == 0:
 		g.empty-- // an emptied tree comes back into use
