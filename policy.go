@@ -75,8 +75,10 @@ func (p Policy) Validate(field string) error {
 		name string
 		v    time.Duration
 	}{{"backoff base", p.BackoffBase}, {"backoff max", p.BackoffMax}, {"ack window", p.AckWindow}} {
-		if d.v < 0 || d.v > MaxPolicyDuration {
-			return invalid(field+" "+d.name, "must be between 0 and %s", MaxPolicyDuration)
+		// Policies are kept at microsecond precision, so a positive value
+		// under a microsecond would silently become "no delay".
+		if d.v < 0 || (d.v > 0 && d.v < time.Microsecond) || d.v > MaxPolicyDuration {
+			return invalid(field+" "+d.name, "must be 0 (the default) or between 1µs and %s", MaxPolicyDuration)
 		}
 	}
 	return nil

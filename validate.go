@@ -453,7 +453,9 @@ func DecodeCursor(cursor string) (DeliveryID, error) {
 		return "", invalid("cursor", "malformed")
 	}
 	id := strings.TrimPrefix(string(raw), cursorPrefix)
-	if ValidateName("cursor", id) != nil {
+	// The decoder skips line breaks even in strict mode; requiring the
+	// canonical spelling keeps one cursor to one string.
+	if ValidateName("cursor", id) != nil || EncodeCursor(DeliveryID(id)) != cursor {
 		return "", invalid("cursor", "malformed")
 	}
 	return DeliveryID(id), nil
@@ -506,4 +508,14 @@ func ValidateMarkClaimDeadLettered(claim Claim, emissionErr EmissionError, reaso
 // ValidateReleaseClaim checks the arguments of ClaimStore.ReleaseClaim.
 func ValidateReleaseClaim(claim Claim, reason string) error {
 	return first(ValidateClaimArg(claim), ValidateText("reason", reason))
+}
+
+// ValidateRenewLease checks the arguments of Renewer.RenewLease.
+func ValidateRenewLease(lease Lease, now time.Time, duration time.Duration) error {
+	return first(ValidateLeaseArg(lease), ValidateTime("now", now), ValidateDuration("lease duration", duration))
+}
+
+// ValidateRenewClaim checks the arguments of ClaimRenewer.RenewClaim.
+func ValidateRenewClaim(claim Claim, now time.Time, duration time.Duration) error {
+	return first(ValidateClaimArg(claim), ValidateTime("now", now), ValidateDuration("lease duration", duration))
 }
