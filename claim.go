@@ -111,6 +111,18 @@ type OutboxBatchEnqueuer interface {
 	EnqueueBatch(ctx context.Context, envs []Envelope) ([]OutboxResult, error)
 }
 
+// ClaimRenewer is implemented by claim stores that can extend a claim while
+// its worker is still emitting (a heartbeat). Detect it with a type
+// assertion.
+//
+// RenewClaim moves the expiry of the claim in force to now+duration,
+// keeping its token and sequence number; the returned Entry.Claim carries
+// the new expiry. It needs the current claim and now before its expiry.
+// Outcomes: Applied, NotFound, Ended, LeaseLost, LeaseExpired.
+type ClaimRenewer interface {
+	RenewClaim(ctx context.Context, claim Claim, now time.Time, duration time.Duration) (OutboxResult, error)
+}
+
 // OutboxEntryID identifies an outbox entry.
 type OutboxEntryID string
 

@@ -256,6 +256,27 @@ func (d Delivery) Release(lease Lease, now time.Time) (Delivery, Outcome) {
 	return d, OutcomeApplied
 }
 
+// Renew moves the expiry of the lease in force to now+duration (see
+// Renewer).
+func (d Delivery) Renew(lease Lease, now time.Time, duration time.Duration) (Delivery, Outcome) {
+	now = Normalize(now)
+	if o := d.holdOutcome(lease, ""); o != "" {
+		return d, o
+	}
+	if d.State != DeliveryStateLeased {
+		return d, OutcomeWrongState
+	}
+	if d.Lease.ExpiredAt(now) {
+		return d, OutcomeLeaseExpired
+	}
+	l := *d.Lease
+	l.ExpiresAt = now.Add(duration.Truncate(time.Microsecond))
+	d.Lease = &l
+	d.AvailableAt = l.ExpiresAt
+	d.touch(now)
+	return d, OutcomeApplied
+}
+
 // Expirable reports whether Expire changes d at now.
 func (d Delivery) Expirable(now time.Time) bool {
 	now = Normalize(now)

@@ -256,3 +256,27 @@ func TestBackoffIsCappedDeterministicAndJittered(t *testing.T) {
 	}
 	assert.Greater(t, len(spread), 10, "jitter spreads different deliveries apart")
 }
+
+func TestRenew(t *testing.T) {
+	all, lease := fixtures(t)
+	d, o := all[DeliveryStateLeased].Renew(lease, lease.ExpiresAt.Add(-time.Microsecond), time.Hour)
+	require.Equal(t, OutcomeApplied, o)
+	assert.Equal(t, lease.ExpiresAt.Add(-time.Microsecond).Add(time.Hour), d.Lease.ExpiresAt)
+	assert.Equal(t, d.Lease.ExpiresAt, d.AvailableAt, "a leased delivery is available again at its lease's expiry")
+	assert.Equal(t, lease.Token, d.Lease.Token)
+	assert.Equal(t, lease.Seq, d.Lease.Seq)
+	assert.Equal(t, 1, d.Attempts, "a renewal is not an attempt")
+	_, o = d.Acknowledge(lease, "", lease.ExpiresAt.Add(time.Minute))
+	assert.Equal(t, OutcomeApplied, o, "the old lease value still names the renewed grant")
+
+	_, o = all[DeliveryStateLeased].Renew(lease, lease.ExpiresAt, time.Hour)
+	assert.Equal(t, OutcomeLeaseExpired, o, "a lease that ran out is not revived")
+	_, o = all[DeliveryStateAcknowledged].Renew(lease, t0, time.Hour)
+	assert.Equal(t, OutcomeWrongState, o)
+	_, o = all[DeliveryStateProcessed].Renew(lease, t0, time.Hour)
+	assert.Equal(t, OutcomeEnded, o)
+	stale := lease
+	stale.Token = "other"
+	_, o = all[DeliveryStateLeased].Renew(stale, t0, time.Hour)
+	assert.Equal(t, OutcomeLeaseLost, o)
+}

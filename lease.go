@@ -101,6 +101,7 @@ const (
 	OpExpireCeremony   Operation = "expire_ceremony"
 	OpSupersede        Operation = "supersede"
 	OpReclaim          Operation = "reclaim" // incarnation rule
+	OpRenewLease       Operation = "renew_lease"
 
 	OpSave             Operation = "save"
 	OpMarkDelivered    Operation = "mark_delivered"
@@ -108,6 +109,7 @@ const (
 	OpClaim            Operation = "claim"
 	OpReleaseClaim     Operation = "release_claim"
 	OpSaveClaim        Operation = "save_claim"
+	OpRenewClaim       Operation = "renew_claim"
 )
 
 // Valid reports whether op is one of the operations above.
@@ -116,7 +118,7 @@ func (op Operation) Valid() bool {
 	case OpEnqueue, OpLease, OpAcknowledge, OpMarkProcessed, OpRecordActivation,
 		OpMarkFailed, OpRelease, OpExpire, OpAbandon, OpExpireCeremony, OpSupersede,
 		OpReclaim, OpSave, OpMarkDelivered, OpMarkDeadLettered, OpClaim,
-		OpReleaseClaim, OpSaveClaim:
+		OpReleaseClaim, OpSaveClaim, OpRenewLease, OpRenewClaim:
 		return true
 	}
 	return false

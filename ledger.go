@@ -23,6 +23,8 @@ type Ledger interface {
 	// content (target, ceremony, payload, resolved policy) answers
 	// OutcomeRepeated, even if the record has moved on or ended; with
 	// different content it answers OutcomeConflict. Neither writes anything.
+	// Content is compared with the record as it stands: after a Follow
+	// supersession its target is the replacement.
 	Enqueue(ctx context.Context, req EnqueueRequest, now time.Time) (DeliveryResult, error)
 
 	// Lease hands out, exclusively and until now+duration, up to limit
@@ -122,6 +124,20 @@ type Ledger interface {
 // an ID seen earlier in the batch is judged against the earlier one.
 type BatchEnqueuer interface {
 	EnqueueBatch(ctx context.Context, reqs []EnqueueRequest, now time.Time) ([]DeliveryResult, error)
+}
+
+// Renewer is implemented by ledgers that can extend a lease while its
+// holder is still working (a heartbeat). Detect it with a type assertion.
+//
+// RenewLease moves the expiry of the lease in force to now+duration,
+// keeping its token and sequence number; the returned Delivery.Lease
+// carries the new expiry. Like Acknowledge it needs the current lease and
+// now before its expiry: a lease that ran out is not revived, since someone
+// else may already be entitled to the work. Only Leased deliveries renew;
+// an acknowledged one is governed by its acknowledgement deadline.
+// Outcomes: Applied, NotFound, Ended, LeaseLost, WrongState, LeaseExpired.
+type Renewer interface {
+	RenewLease(ctx context.Context, lease Lease, now time.Time, duration time.Duration) (DeliveryResult, error)
 }
 
 // DeliveryID is the caller-chosen idempotency key of a delivery.

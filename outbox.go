@@ -255,6 +255,23 @@ func (e OutboxEntry) ReleaseClaim(claim Claim, now time.Time) (OutboxEntry, Outc
 	return e.apply(e, OpReleaseClaim, now), OutcomeApplied
 }
 
+// RenewClaim moves the expiry of the claim in force to now+duration (see
+// ClaimRenewer).
+func (e OutboxEntry) RenewClaim(claim Claim, now time.Time, duration time.Duration) (OutboxEntry, Outcome) {
+	now = Normalize(now)
+	if o := e.claimOutcome(claim, ""); o != "" {
+		return e, o
+	}
+	if e.Claim.ExpiredAt(now) {
+		return e, OutcomeLeaseExpired
+	}
+	c := *e.Claim
+	c.ExpiresAt = now.Add(duration.Truncate(time.Microsecond))
+	e.Claim = &c
+	e.touch(now)
+	return e, OutcomeApplied
+}
+
 // Clone returns a deep copy of e, sharing no memory with it.
 func (e OutboxEntry) Clone() OutboxEntry {
 	e.Envelope.Payload = clonePayload(e.Envelope.Payload)

@@ -107,3 +107,17 @@ func TestSaveIsOptimistic(t *testing.T) {
 	_, err = done.Save(in, t0)
 	assert.True(t, errors.Is(err, ErrConflict), "ended entries stay as they ended")
 }
+
+func TestRenewClaim(t *testing.T) {
+	e, claim := newEntry().Grant("w1", "tok", t0, time.Minute)
+	r, o := e.RenewClaim(claim, t0.Add(30*time.Second), time.Minute)
+	require.Equal(t, OutcomeApplied, o)
+	assert.Equal(t, t0.Add(90*time.Second), r.Claim.ExpiresAt)
+	assert.Equal(t, 1, r.Attempts)
+	assert.False(t, r.PendingClaimable(t0.Add(time.Minute)), "renewed past its first expiry")
+	_, o = e.RenewClaim(claim, t0.Add(time.Minute), time.Minute)
+	assert.Equal(t, OutcomeLeaseExpired, o)
+	done, _ := e.MarkClaimDelivered(claim, EmissionResult{}, t0)
+	_, o = done.RenewClaim(claim, t0, time.Minute)
+	assert.Equal(t, OutcomeEnded, o)
+}
