@@ -1,0 +1,337 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Emitter emits one outbox entry to its provider. It returns the
+// provider's result on success. An error is retried with backoff unless it
+// is wrapped by Permanent (the entry is dead-lettered) or made by Defer
+// (the entry is saved as Deferred). Emit must honour ctx: it is cancelled
+// when the per-emission timeout runs out, when the shutdown deadline
+// passes, or when the claim is found lost (context.Cause says which).
+//
+// Emit may be called again for an entry it already emitted (delivery is
+// at least once): providers should deduplicate on the entry ID and its
+// claim sequence, or on the envelope's idempotency key.
+type Emitter interface {
+	Emit(ctx context.Context, entry ledger.OutboxEntry) (ledger.EmissionResult, error)
+}
+
+// EmitterFunc adapts a function to Emitter.
+type EmitterFunc func(ctx context.Context, entry ledger.OutboxEntry) (ledger.EmissionResult, error)
+
+// Emit calls f(ctx, entry).
+func (f EmitterFunc) Emit(ctx context.Context, entry ledger.OutboxEntry) (ledger.EmissionResult, error) {
+	return f(ctx, entry)
+}
+
+// Stats counts what one poll cycle did. Every claimed entry is counted once
+// in Delivered, Retried, DeadLettered, Deferred, Released, Lost or
+// StoreErrors.
+type Stats struct {
+	Claimed      int
+	Delivered    int
+	Retried      int
+	DeadLettered int
+	Deferred     int
+	Released     int
+	// Lost counts completions that did not apply: the claim was no longer
+	// this dispatcher's. They are never counted as delivered.
+	Lost int
+	// Renewed counts claim renewals that applied.
+	Renewed int
+	// StoreErrors counts failed store calls (claims, completions,
+	// renewals, releases).
+	StoreErrors int
+}
+
+// Dispatcher drives a ledger.ClaimStore: it claims due entries, emits
+// them with bounded concurrency and completes each under its claim. It is
+// safe for concurrent use; run one Run loop per dispatcher.
+type Dispatcher struct {
+	store   ledger.ClaimStore
+	emitter Emitter
+	cfg     config
+}
+
+// NewDispatcher returns a Dispatcher over store that emits with emitter.
+// It fails with an error matching ledger.ErrInvalid when store or emitter
+// is nil or an option is malformed, notably when the emit timeout is not
+// shorter than the claim lease.
+func NewDispatcher(store ledger.ClaimStore, emitter Emitter, opts ...DispatcherOption) (*Dispatcher, error) {
+	if store == nil {
+		return nil, &ledger.InvalidError{Field: "store", Reason: "must not be nil"}
+	}
+	if emitter == nil {
+		return nil, &ledger.InvalidError{Field: "emitter", Reason: "must not be nil"}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Dispatcher{store: store, emitter: emitter, cfg: cfg}, nil
+}
+
+// Worker returns the worker name the dispatcher claims under.
+func (d *Dispatcher) Worker() string { return d.cfg.worker }
+
+// Run polls until ctx is cancelled: a poll cycle (RunOnce), then, unless
+// the cycle claimed a full batch, a wait of the poll interval. When ctx is
+// cancelled Run stops claiming, lets the emissions in flight finish within
+// the shutdown timeout, releases the claims it had not started, and
+// returns nil. Errors of a cycle are logged and observed, not returned:
+// the next cycle tries again.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if err := ledger.ValidateContext(ctx); err != nil {
+		return err
+	}
+	for {
+		st, err := d.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: poll cycle failed",
+				slog.String("worker", d.cfg.worker), slog.Any("error", err))
+		}
+		if st.Claimed >= d.cfg.batchSize && err == nil {
+			// A full batch suggests more is due: poll again at once.
+			continue
+		}
+		if !d.wait(ctx) {
+			return nil
+		}
+	}
+}
+
+// wait waits for the poll interval; it reports false when ctx ended first.
+func (d *Dispatcher) wait(ctx context.Context) bool {
+	interval := d.cfg.pollInterval
+	if d.cfg.pollJitter && interval >= 10 {
+		interval += rand.N(interval / 10)
+	}
+	due := make(chan struct{})
+	var once sync.Once
+	stop := d.cfg.afterFunc(interval, func() { once.Do(func() { close(due) }) })
+	select {
+	case <-due:
+		return true
+	case <-ctx.Done():
+		stop()
+		return false
+	}
+}
+
+// RunOnce runs one poll cycle: it claims up to the batch size of due
+// entries (retry-ready ones first, since they are older work, then
+// pending ones), emits them with bounded concurrency, completes each, and
+// returns when every emission it started has been completed (or abandoned
+// after its context was cancelled, for emitters that ignore it).
+//
+// When ctx is cancelled during the cycle, RunOnce starts no further
+// emission, releases the claims it had not started (they are claimable
+// again at once), and gives the emissions in flight the shutdown timeout
+// before cancelling them. The error joins the claim error, any store errors
+// of completions, and ctx.Err() when ctx was cancelled; the Stats count
+// what happened either way.
+func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
+	if err := ledger.ValidateContext(ctx); err != nil {
+		return Stats{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
+	c := &cycle{d: d}
+	claimed, claimErr := d.claim(ctx, c)
+	d.emitAll(ctx, claimed, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats, errors.Join(claimErr, errors.Join(c.errs...), ctx.Err())
+}
+
+// claim claims retry-ready entries, then pending ones, up to the batch size.
+func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry, error) {
+	req := ledger.ClaimRequest{
+		Worker:        d.cfg.worker,
+		Now:           d.cfg.clock(),
+		LeaseDuration: d.cfg.leaseDuration,
+		Limit:         d.cfg.batchSize,
+	}
+	claimed, err := d.store.ClaimRetryReady(ctx, req)
+	if err == nil && len(claimed) < req.Limit {
+		req.Limit -= len(claimed)
+		var more []ledger.ClaimedEntry
+		more, err = d.store.ClaimPending(ctx, req)
+		claimed = append(claimed, more...)
+	}
+	if err != nil {
+		c.record(ctx, Event{Kind: EventStoreError, Err: err})
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim failed",
+			slog.String("worker", d.cfg.worker), slog.Any("error", err))
+	}
+	for _, ce := range claimed {
+		c.record(ctx, Event{Kind: EventClaimed, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts})
+	}
+	return claimed, err
+}
+
+// emitAll emits claimed with at most the configured concurrency and waits
+// for every emission it started.
+func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry, c *cycle) {
+	if len(claimed) == 0 {
+		return
+	}
+	// Emissions run under a context that outlives ctx by the shutdown
+	// timeout, so a cancelled Run lets work in flight finish instead of
+	// abandoning emissions the provider may already have accepted.
+	flight, cancelFlight := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelFlight(nil)
+	var mu sync.Mutex
+	var stopGrace func() bool
+	stopWatch := context.AfterFunc(ctx, func() {
+		if d.cfg.shutdownTimeout == 0 {
+			cancelFlight(ErrShutdown)
+			return
+		}
+		stop := d.cfg.afterFunc(d.cfg.shutdownTimeout, func() { cancelFlight(ErrShutdown) })
+		mu.Lock()
+		stopGrace = stop
+		mu.Unlock()
+	})
+	defer func() {
+		stopWatch()
+		mu.Lock()
+		if stopGrace != nil {
+			stopGrace()
+		}
+		mu.Unlock()
+	}()
+
+	sem := make(chan struct{}, d.cfg.concurrency)
+	var wg sync.WaitGroup
+	for i, ce := range claimed {
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		// Checked after the select too: when both cases are ready it picks
+		// at random, and a cancelled cycle must start nothing new.
+		if ctx.Err() != nil {
+			if acquired {
+				<-sem
+			}
+			d.releaseAll(ctx, claimed[i:], c)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			d.process(flight, ce, c)
+		}()
+	}
+	wg.Wait()
+}
+
+// releaseAll gives back claims that were never emitted.
+func (d *Dispatcher) releaseAll(ctx context.Context, claimed []ledger.ClaimedEntry, c *cycle) {
+	sctx, cancel := d.storeContext(ctx)
+	defer cancel()
+	for _, ce := range claimed {
+		res, err := d.store.ReleaseClaim(sctx, ce.Claim, "dispatcher shutting down before emitting")
+		c.completed(sctx, ce, EventReleased, res, err, 0, nil)
+	}
+}
+
+// storeContext is the context of a store call that must happen even after
+// the caller's ctx was cancelled (a completion or release): otherwise the
+// claim would be stranded until it expires. It is bounded by the lease
+// duration, after which the claim is worthless anyway.
+func (d *Dispatcher) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.leaseDuration)
+}
+
+// cycle collects the stats and errors of one RunOnce.
+type cycle struct {
+	d     *Dispatcher
+	mu    sync.Mutex
+	stats Stats
+	errs  []error
+}
+
+// record counts ev and passes it to the observer.
+func (c *cycle) record(_ context.Context, ev Event) {
+	c.mu.Lock()
+	switch ev.Kind {
+	case EventClaimed:
+		c.stats.Claimed++
+	case EventDelivered:
+		c.stats.Delivered++
+	case EventRetried:
+		c.stats.Retried++
+	case EventDeadLettered:
+		c.stats.DeadLettered++
+	case EventDeferred:
+		c.stats.Deferred++
+	case EventReleased:
+		c.stats.Released++
+	case EventLost, EventRenewLost:
+		// A lost renewal is followed by a completion that is lost too, so
+		// only the completion is counted here.
+		if ev.Kind == EventLost {
+			c.stats.Lost++
+		}
+	case EventRenewed:
+		c.stats.Renewed++
+	case EventStoreError:
+		c.stats.StoreErrors++
+		c.errs = append(c.errs, ev.Err)
+	}
+	c.mu.Unlock()
+	c.d.cfg.observer.Observe(ev)
+}
+
+// completed records the answer of a completion (or release) of ce that
+// was meant to produce kind: a store error, a lost claim, or kind itself.
+func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind EventKind, res ledger.OutboxResult, err error, dur time.Duration, emitErr error) {
+	log := c.d.cfg.logger
+	attrs := []slog.Attr{
+		slog.String("worker", c.d.cfg.worker),
+		slog.String("entry_id", string(ce.Claim.EntryID)),
+		slog.Int64("claim_seq", ce.Claim.Seq),
+		slog.Int("attempt", ce.Entry.Attempts),
+	}
+	ev := Event{Kind: kind, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts, Duration: dur, Err: emitErr}
+	switch {
+	case err != nil:
+		ev.Kind, ev.Err = EventStoreError, err
+		log.LogAttrs(ctx, slog.LevelError, "dispatch: completion failed; the entry is retried once its claim expires",
+			append(attrs, slog.String("intended", string(kind)), slog.Any("error", err))...)
+	case !res.Applied():
+		ev.Kind, ev.Outcome = EventLost, string(res.Outcome)
+		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: completion did not apply; the claim is no longer ours",
+			append(attrs, slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
+	default:
+		ev.Outcome = string(res.Outcome)
+		if emitErr != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "dispatch: emission failed",
+				append(attrs, slog.String("result", string(kind)), slog.Any("error", emitErr))...)
+		}
+	}
+	c.record(ctx, ev)
+}

@@ -1,0 +1,94 @@
+// Package dispatch runs the loop that drives an outbox claim store: claim
+// due entries, emit each to its provider, record what happened under the
+// claim. That loop is where hand-written outboxes lose or duplicate work;
+// this package is one careful copy of it.
+//
+// # The model
+//
+// A Dispatcher works over any ledger.ClaimStore. Each poll cycle
+// (RunOnce) claims up to a batch of due entries (retry-ready ones first,
+// then pending ones), emits them through the Emitter with bounded
+// concurrency, and completes each under its claim token:
+//
+//   - success: MarkClaimDelivered;
+//   - an error: MarkClaimFailed with the next attempt at now plus the
+//     policy's backoff (ledger.Policy.Backoff, whose jitter is a hash of
+//     the entry and attempt), or MarkClaimDeadLettered once the entry has
+//     had MaxAttempts claims;
+//   - an error wrapped by Permanent: MarkClaimDeadLettered at once;
+//   - an error made by Defer: SaveClaim as Deferred until the given time;
+//   - a panic in the emitter: recovered, recorded as an ordinary failure.
+//
+// Run repeats RunOnce until its context is cancelled, waiting the poll
+// interval (with jitter) between cycles that did not fill a batch.
+//
+// # At-least-once delivery
+//
+// An entry is emitted at least once; it may be emitted more than once.
+// The provider can accept an emission and the completion that records it
+// can still fail (the process dies, the database is unreachable), in
+// which case the claim expires and the entry is emitted again. Claims
+// prevent cooperating dispatchers from selecting the same entry at the
+// same time; they cannot make the provider's side exactly-once. Providers
+// should deduplicate on the envelope's idempotency key, or on the claim's
+// (EntryID, Seq).
+//
+// A completion that does not apply (its outcome is not Applied, usually
+// lease_lost: the claim expired and another worker took the entry) is
+// logged and reported as EventLost, never counted as a success: whatever
+// this dispatcher's emitter did, the record belongs to someone else now.
+//
+// # Why the emit timeout must be shorter than the claim lease
+//
+// A claim expires at a fixed time. An emission still running after that
+// can be claimed and emitted again by another dispatcher, and both would
+// reach the provider. Each emission therefore runs under a timeout
+// (WithEmitTimeout, 30 s by default) that must be shorter than the claim
+// (WithLeaseDuration, 60 s by default); NewDispatcher rejects any other
+// setting. The gap also leaves time to record the outcome before the
+// claim runs out. When the store is a ledger.ClaimRenewer the dispatcher
+// renews each claim every third of the lease while its emission runs, and
+// cancels the emission (context.Cause: ErrClaimLost) as soon as a renewal
+// shows the claim lost. Emitters must honour their context; one that does
+// not is abandoned when its context ends and its result is dropped.
+//
+// The caller's clock is trusted (WithClock): a dispatcher whose clock runs
+// slow may keep emitting on an expired claim until someone else takes it.
+// The claim token is the hard guard on what gets recorded.
+//
+// # Shutdown
+//
+// When Run's (or RunOnce's) context is cancelled the dispatcher stops
+// claiming, releases the claims whose emission it has not started
+// (ReleaseClaim: the entry is claimable again at once and the attempt is
+// not counted), and lets the emissions in flight finish for up to the
+// shutdown timeout (WithShutdownTimeout) before cancelling them
+// (context.Cause: ErrShutdown). Their outcomes are still recorded, with a
+// context detached from the cancelled one.
+//
+// # How many dispatchers per database
+//
+// Any number of dispatchers may share one store: claims keep them off each
+// other's entries. One per process is usually right, sized with
+// WithConcurrency for the provider's latency and WithBatchSize for the
+// database; add processes for availability rather than throughput. Every
+// cycle costs two claim queries even when idle, so with N dispatchers the
+// idle load is about 2N queries per poll interval: keep N and the interval
+// in proportion. Give each dispatcher its own worker name (the default is
+// random) so that logs and claims say who held what.
+//
+// # Observing
+//
+// Every outcome is reported to the Observer (a no-op by default) as an
+// Event with a kind, the entry ID, the attempt and the emission's
+// duration, and summed in the Stats that RunOnce returns. Failures and
+// lost claims are logged through log/slog (WithLogger).
+//
+// # Testing with a dispatcher
+//
+// Nothing in the package reads the wall clock or starts a real timer when
+// given WithClock and WithAfterFunc: tests drive RunOnce directly, move
+// the clock forward to make retries due or claims expire, and fire the
+// fake timers (emit timeout, renewal, shutdown deadline, poll interval)
+// when they choose.
+package dispatch

@@ -1,0 +1,71 @@
+package dispatch
+
+import "time"
+
+// EventKind names what happened to one claimed entry, or to a poll cycle.
+type EventKind string
+
+// Event kinds. Every claimed entry produces exactly one of Delivered,
+// Retried, DeadLettered, Deferred, Released, Lost or StoreError, except an
+// entry whose emitter ignored cancellation, which still produces one when
+// the dispatcher stops waiting for it.
+const (
+	// EventClaimed: the entry was claimed; Duration is zero.
+	EventClaimed EventKind = "claimed"
+	// EventDelivered: the emission succeeded and the entry is Delivered.
+	EventDelivered EventKind = "delivered"
+	// EventRetried: the emission failed and the entry is RetryScheduled.
+	EventRetried EventKind = "retried"
+	// EventDeadLettered: the emission failed permanently or for the last
+	// allowed time, and the entry is DeadLettered.
+	EventDeadLettered EventKind = "dead_lettered"
+	// EventDeferred: the emitter asked for a deferral; the entry is Deferred.
+	EventDeferred EventKind = "deferred"
+	// EventReleased: the claim was given back before emitting (shutdown).
+	EventReleased EventKind = "released"
+	// EventLost: a completion did not apply (Outcome says why, usually
+	// lease_lost: the claim expired and another worker took the entry).
+	// Whatever the emitter did, this dispatcher did not record it.
+	EventLost EventKind = "lost"
+	// EventRenewed: the claim was extended while the emitter was running.
+	EventRenewed EventKind = "renewed"
+	// EventRenewLost: renewing the claim did not apply; the emission was
+	// cancelled with ErrClaimLost.
+	EventRenewLost EventKind = "renew_lost"
+	// EventStoreError: a store call failed (Err); for a completion the
+	// entry stays claimed until its claim expires and is then retried.
+	EventStoreError EventKind = "store_error"
+)
+
+// Event is one observation. EntryID is empty for cycle-level events (a
+// failed claim call). Outcome is the store's outcome (a ledger.Outcome as
+// text) when there is one. Err is the emitter's error for Retried and
+// DeadLettered, the store's for StoreError. Duration is how long the
+// emission took, for events that follow one.
+type Event struct {
+	Kind     EventKind
+	EntryID  string
+	Attempt  int
+	Outcome  string
+	Err      error
+	Duration time.Duration
+}
+
+// Observer receives an Event for everything the dispatcher does to an
+// entry, for metrics. It needs nothing beyond the standard library, so an
+// adapter to any metrics system is a few lines. Observe is called from
+// many goroutines at once and must not block.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// nopObserver is the default Observer.
+type nopObserver struct{}
+
+func (nopObserver) Observe(Event) {}

@@ -1,0 +1,165 @@
+package dispatch
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Defaults of a Dispatcher.
+const (
+	DefaultEmitTimeout     = 30 * time.Second
+	DefaultLeaseDuration   = 60 * time.Second
+	DefaultBatchSize       = 100
+	DefaultConcurrency     = 10
+	DefaultPollInterval    = time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// AfterFunc schedules f to run once after d and returns a function that
+// cancels it (reporting whether it did, like (*time.Timer).Stop). The
+// dispatcher uses it for every timer it needs: the per-emission timeout,
+// claim renewal, the shutdown deadline and Run's poll interval.
+// time.AfterFunc is the default; tests pass a fake that fires on demand.
+type AfterFunc func(d time.Duration, f func()) (stop func() bool)
+
+// DispatcherOption configures a Dispatcher.
+type DispatcherOption func(*config)
+
+type config struct {
+	worker          string
+	emitTimeout     time.Duration
+	leaseDuration   time.Duration
+	batchSize       int
+	concurrency     int
+	pollInterval    time.Duration
+	pollJitter      bool
+	shutdownTimeout time.Duration
+	policy          ledger.Policy
+	clock           func() time.Time
+	afterFunc       AfterFunc
+	logger          *slog.Logger
+	observer        Observer
+}
+
+func defaultConfig() config {
+	return config{
+		worker:          "dispatch-" + string(ledger.NewToken()),
+		emitTimeout:     DefaultEmitTimeout,
+		leaseDuration:   DefaultLeaseDuration,
+		batchSize:       DefaultBatchSize,
+		concurrency:     DefaultConcurrency,
+		pollInterval:    DefaultPollInterval,
+		pollJitter:      true,
+		shutdownTimeout: DefaultShutdownTimeout,
+		policy:          ledger.DefaultPolicy,
+		clock:           time.Now,
+		afterFunc: func(d time.Duration, f func()) func() bool {
+			return time.AfterFunc(d, f).Stop
+		},
+		logger:   slog.Default(),
+		observer: nopObserver{},
+	}
+}
+
+// WithWorker names the dispatcher in its claims (ledger.Claim.Worker). The
+// default is "dispatch-" and a random token, new for every dispatcher.
+func WithWorker(name string) DispatcherOption { return func(c *config) { c.worker = name } }
+
+// WithEmitTimeout bounds one emission (DefaultEmitTimeout). It must be
+// shorter than the claim lease, or NewDispatcher fails.
+func WithEmitTimeout(d time.Duration) DispatcherOption {
+	return func(c *config) { c.emitTimeout = d }
+}
+
+// WithLeaseDuration sets how long a claim lasts (DefaultLeaseDuration).
+func WithLeaseDuration(d time.Duration) DispatcherOption {
+	return func(c *config) { c.leaseDuration = d }
+}
+
+// WithBatchSize sets how many entries one poll cycle claims at most, 1 to
+// ledger.MaxLimit (DefaultBatchSize).
+func WithBatchSize(n int) DispatcherOption { return func(c *config) { c.batchSize = n } }
+
+// WithConcurrency sets how many emissions run at once (DefaultConcurrency).
+func WithConcurrency(n int) DispatcherOption { return func(c *config) { c.concurrency = n } }
+
+// WithPollInterval sets how long Run waits between poll cycles that found
+// nothing to do (DefaultPollInterval). A random jitter of up to a tenth of
+// the interval is added unless WithoutPollJitter is given, so that
+// dispatchers started together do not poll in step.
+func WithPollInterval(d time.Duration) DispatcherOption {
+	return func(c *config) { c.pollInterval = d }
+}
+
+// WithoutPollJitter makes Run wait exactly the poll interval.
+func WithoutPollJitter() DispatcherOption { return func(c *config) { c.pollJitter = false } }
+
+// WithShutdownTimeout sets how long in-flight emissions may run on after
+// Run's (or RunOnce's) context is cancelled before their contexts are
+// cancelled too (DefaultShutdownTimeout). Zero cancels them at once.
+func WithShutdownTimeout(d time.Duration) DispatcherOption {
+	return func(c *config) { c.shutdownTimeout = d }
+}
+
+// WithPolicy sets the retry policy: MaxAttempts (claims, deferrals
+// included, before a failure dead-letters the entry), BackoffBase and
+// BackoffMax (see ledger.Policy.Backoff). Zero fields keep
+// ledger.DefaultPolicy's values; AckWindow is not used.
+func WithPolicy(p ledger.Policy) DispatcherOption { return func(c *config) { c.policy = p } }
+
+// WithClock sets the clock for claims, renewals and retry times
+// (time.Now by default). Give the store the same clock.
+func WithClock(now func() time.Time) DispatcherOption { return func(c *config) { c.clock = now } }
+
+// WithAfterFunc replaces time.AfterFunc for every timer of the dispatcher
+// (see AfterFunc).
+func WithAfterFunc(f AfterFunc) DispatcherOption { return func(c *config) { c.afterFunc = f } }
+
+// WithLogger sets the logger (slog.Default() by default).
+func WithLogger(l *slog.Logger) DispatcherOption { return func(c *config) { c.logger = l } }
+
+// WithObserver sets the Observer (a no-op by default).
+func WithObserver(o Observer) DispatcherOption { return func(c *config) { c.observer = o } }
+
+// validate reports the first malformed setting as a *ledger.InvalidError.
+func (c *config) validate() error {
+	bad := func(field, reason string) error { return &ledger.InvalidError{Field: field, Reason: reason} }
+	if err := ledger.ValidateName("worker", c.worker); err != nil {
+		return err
+	}
+	if err := ledger.ValidateDuration("lease duration", c.leaseDuration); err != nil {
+		return err
+	}
+	switch {
+	case c.emitTimeout <= 0:
+		return bad("emit timeout", "must be positive")
+	case c.emitTimeout >= c.leaseDuration:
+		// An emission still running when its claim expires can be claimed
+		// and emitted again by another worker: a duplicate by design.
+		return bad("emit timeout", "must be shorter than the lease duration")
+	case c.concurrency < 1:
+		return bad("concurrency", "must be at least 1")
+	case c.pollInterval <= 0:
+		return bad("poll interval", "must be positive")
+	case c.shutdownTimeout < 0:
+		return bad("shutdown timeout", "must not be negative")
+	case c.clock == nil:
+		return bad("clock", "must not be nil")
+	case c.afterFunc == nil:
+		return bad("after func", "must not be nil")
+	case c.logger == nil:
+		return bad("logger", "must not be nil")
+	case c.observer == nil:
+		return bad("observer", "must not be nil")
+	}
+	if err := ledger.ValidateLimit("batch size", c.batchSize); err != nil {
+		return err
+	}
+	if err := c.policy.Validate("policy"); err != nil {
+		return err
+	}
+	c.policy = c.policy.Resolve(ledger.DefaultPolicy)
+	return nil
+}
