@@ -31,8 +31,10 @@ type OutboxStore interface {
 	// FindByID returns one entry in any status, or ErrNotFound.
 	FindByID(ctx context.Context, id OutboxEntryID) (OutboxEntry, error)
 
-	// FindPending returns up to limit Pending entries, oldest first
-	// (CreatedAt, then ID), claimed or not.
+	// FindPending returns up to limit Pending entries, claimed or not,
+	// oldest first: CreatedAt, then enqueue order. Entries created at the
+	// same instant (one EnqueueBatch, in the order of its envelopes, or
+	// enqueues within a microsecond) come in the order they were enqueued.
 	FindPending(ctx context.Context, limit int) ([]OutboxEntry, error)
 
 	// FindRetryReady returns up to limit RetryScheduled or Deferred entries
@@ -73,9 +75,9 @@ type ClaimStore interface {
 	OutboxStore
 
 	// ClaimPending claims up to req.Limit Pending entries that are
-	// unclaimed or whose claim expired at req.Now, oldest first (CreatedAt,
-	// then ID), each under a new token until req.Now+req.LeaseDuration.
-	// Each claim counts an attempt.
+	// unclaimed or whose claim expired at req.Now, oldest first: CreatedAt,
+	// then enqueue order (as FindPending), each under a new token until
+	// req.Now+req.LeaseDuration. Each claim counts an attempt.
 	ClaimPending(ctx context.Context, req ClaimRequest) ([]ClaimedEntry, error)
 
 	// ClaimRetryReady claims like ClaimPending, from RetryScheduled and

@@ -68,7 +68,14 @@ func (e OutboxEntry) RetryReady(now time.Time) bool {
 	return e.Status.Scheduled() && !e.NextAttemptAt.After(Normalize(now))
 }
 
-// PendingBefore orders pending entries: CreatedAt, then ID.
+// PendingBefore orders pending entries by the fields a record holds:
+// CreatedAt, then ID. The stores order FindPending and ClaimPending more
+// finely: they break ties on CreatedAt by enqueue order, a sequence number
+// of their own (every entry of one EnqueueBatch shares one CreatedAt, and
+// IDs are hashes of the idempotency keys, so ID order is not arrival
+// order), and fall back on the ID only as the last resort. PendingBefore
+// thus agrees with the stores' order between entries whose CreatedAt
+// differs.
 func (e OutboxEntry) PendingBefore(other OutboxEntry) bool {
 	if !e.CreatedAt.Equal(other.CreatedAt) {
 		return e.CreatedAt.Before(other.CreatedAt)

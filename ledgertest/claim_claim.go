@@ -200,6 +200,20 @@ func testClaimSelection(t *testing.T, newStore NewClaimStoreFunc) {
 		require.Equal(t, []ledger.OutboxEntryID{pending.ID}, claimClaimedIDs(got))
 	})
 
+	// Every entry of one EnqueueBatch may share one CreatedAt (both stores
+	// stamp a batch with one clock reading), and entry IDs are hashes of
+	// the keys: the claims must still come first in, first out, within one
+	// call (the order of the result) and across calls (which entries a
+	// limited call takes).
+	claimRun(t, "ClaimPending/BatchIsClaimedInEnqueueOrder", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		entries := claimEnqueueKeys(t, s, claimUnsortedKeys(t, "order", 9))
+		want := claimEntryIDs(entries)
+		first := claimPending(t, s, claimT0, 4)
+		require.Equal(t, want[:4], claimClaimedIDs(first), "the first four enqueued, in enqueue order")
+		rest := claimPending(t, s, claimT0, ledger.MaxLimit)
+		require.Equal(t, want[4:], claimClaimedIDs(rest), "the rest, in enqueue order")
+	})
+
 	claimRun(t, "ClaimRetryReady/OnlyDueScheduledEntries", newStore, func(t *testing.T, s ledger.ClaimStore) {
 		claimEnqueue(t, s, "pending")
 		a := claimScheduled(t, s, "a", claimAt(1*time.Minute))

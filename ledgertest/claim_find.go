@@ -10,8 +10,9 @@ import (
 )
 
 // testOutboxFind checks the readers: FindByID in any status, FindPending
-// (oldest first, claimed or not, bounded) and FindRetryReady (scheduled
-// entries due at or before now, earliest first, bounded).
+// (oldest first, then in enqueue order, claimed or not, bounded) and
+// FindRetryReady (scheduled entries due at or before now, earliest first,
+// bounded).
 func testOutboxFind(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "FindByIDUnknownIsNotFound", newStore, func(t *testing.T, s ledger.ClaimStore) {
 		claimEnqueue(t, s, "order-1")
@@ -36,9 +37,25 @@ func testOutboxFind(t *testing.T, newStore NewClaimStoreFunc) {
 		entries := claimEnqueueN(t, s, "order", 12)
 		got, err := s.FindPending(t.Context(), ledger.MaxLimit)
 		require.NoError(t, err)
-		require.Equal(t, claimPendingOrder(entries), claimEntryIDs(got), "CreatedAt, then ID")
+		require.Equal(t, claimPendingOrder(entries), claimEntryIDs(got), "CreatedAt, then enqueue order")
 		for _, e := range got {
 			claimRequireStored(t, s, e)
+		}
+	})
+
+	// A batch shares one CreatedAt in both stores; single enqueues made in
+	// a quick loop may or may not share one. Either way entries come in
+	// the order they were enqueued, not in the order of their hashed IDs.
+	claimRun(t, "FindPending/SameInstantInEnqueueOrder", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		entries := claimEnqueueKeys(t, s, claimUnsortedKeys(t, "order", 9))
+		for _, key := range claimUnsortedKeys(t, "single", 9) {
+			entries = append(entries, claimEnqueue(t, s, key))
+		}
+		want := claimEntryIDs(entries)
+		for _, limit := range []int{1, 5, len(want), ledger.MaxLimit} {
+			got, err := s.FindPending(t.Context(), limit)
+			require.NoError(t, err)
+			require.Equal(t, want[:min(limit, len(want))], claimEntryIDs(got), "limit %d: enqueue order", limit)
 		}
 	})
 

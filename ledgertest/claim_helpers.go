@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -65,6 +66,42 @@ func claimEnqueueN(t *testing.T, s ledger.ClaimStore, prefix string, n int) []le
 	out := make([]ledger.OutboxEntry, 0, n)
 	for i := range n {
 		out = append(out, claimEnqueue(t, s, fmt.Sprintf("%s-%d", prefix, i)))
+	}
+	return out
+}
+
+// claimUnsortedKeys returns the keys prefix-1 ... prefix-n after checking
+// that their entry IDs (hashes of the keys) are not in key order. A store
+// that broke ties on CreatedAt by ID instead of by enqueue order would then
+// list entries enqueued in key order in another order, so a test that
+// expects key order cannot pass by accident.
+func claimUnsortedKeys(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	keys := make([]string, n)
+	ids := make([]ledger.OutboxEntryID, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i+1)
+		ids[i] = ledger.OutboxEntryIDFor(keys[i])
+	}
+	require.False(t, slices.IsSorted(ids), "the IDs of %v must not already be in key order", keys)
+	return keys
+}
+
+// claimEnqueueKeys enqueues a new entry for each of keys with one
+// EnqueueBatch and returns them in the order of keys.
+func claimEnqueueKeys(t *testing.T, s ledger.ClaimStore, keys []string) []ledger.OutboxEntry {
+	t.Helper()
+	envs := make([]ledger.Envelope, len(keys))
+	for i, key := range keys {
+		envs[i] = claimEnvelope(key)
+	}
+	res, err := claimBatcher(t, s).EnqueueBatch(t.Context(), envs)
+	require.NoError(t, err)
+	require.Len(t, res, len(envs))
+	out := make([]ledger.OutboxEntry, len(res))
+	for i, r := range res {
+		require.Equal(t, ledger.OutcomeApplied, r.Outcome, "enqueue %q", keys[i])
+		out[i] = r.Entry
 	}
 	return out
 }
@@ -251,10 +288,14 @@ func claimClaimedIDs(claimed []ledger.ClaimedEntry) []ledger.OutboxEntryID {
 	return ids
 }
 
-// claimPendingOrder returns the IDs of entries in FindPending order.
+// claimPendingOrder returns the IDs of entries in FindPending order:
+// CreatedAt, then enqueue order. entries must be listed in the order they
+// were enqueued; the stable sort keeps that order among entries created at
+// the same instant (the enqueue sequence is the stores' own, so the suite
+// can only know it from the calls it made).
 func claimPendingOrder(entries []ledger.OutboxEntry) []ledger.OutboxEntryID {
 	sorted := append([]ledger.OutboxEntry(nil), entries...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].PendingBefore(sorted[j]) })
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].CreatedAt.Before(sorted[j].CreatedAt) })
 	return claimEntryIDs(sorted)
 }
 

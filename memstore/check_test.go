@@ -175,18 +175,28 @@ func checkOutbox(o *Outbox) error {
 	defer o.mu.Unlock()
 	var pending, scheduled []string
 	str := func(k timeKey) string { return fmt.Sprintf("%d/%s", k.at, k.id) }
+	pstr := func(k seqKey) string { return fmt.Sprintf("%d/%d/%s", k.at, k.seq, k.id) }
+	if len(o.seqs) != len(o.entries) {
+		return fmt.Errorf("%d enqueue sequences for %d entries", len(o.seqs), len(o.entries))
+	}
+	seen := make(map[uint64]bool, len(o.seqs))
 	for id, p := range o.entries {
 		if p.ID != id {
 			return fmt.Errorf("entry %q stored under %q", p.ID, id)
 		}
+		seq := o.seqs[id]
+		if seq < 1 || seq > o.enqueued || seen[seq] {
+			return fmt.Errorf("entry %q has enqueue sequence %d (counter at %d, or taken)", id, seq, o.enqueued)
+		}
+		seen[seq] = true
 		if p.Status == ledger.OutboxStatusPending {
-			pending = append(pending, str(entryKey(p.CreatedAt, id)))
+			pending = append(pending, pstr(seqKey{at: p.CreatedAt.UnixMicro(), seq: seq, id: string(id)}))
 		}
 		if p.Status.Scheduled() {
 			scheduled = append(scheduled, str(entryKey(p.NextAttemptAt, id)))
 		}
 	}
-	if err := sameKeys("pending", &o.pending, pending, str, timeKey.compare); err != nil {
+	if err := sameKeys("pending", &o.pending, pending, pstr, seqKey.compare); err != nil {
 		return err
 	}
 	return sameKeys("scheduled", &o.scheduled, scheduled, str, timeKey.compare)

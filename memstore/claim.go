@@ -32,8 +32,19 @@ type Outbox struct {
 
 	mu      sync.Mutex
 	entries map[ledger.OutboxEntryID]*ledger.OutboxEntry
-	// pending holds Pending entries by (CreatedAt, ID), claimed or not.
-	pending btree[timeKey]
+	// enqueued counts the entries ever added: the enqueue sequence of the
+	// latest one.
+	enqueued uint64
+	// seqs holds each entry's enqueue sequence. It breaks ties on
+	// CreatedAt in the pending index: every entry of one EnqueueBatch
+	// shares one clock reading, and entry IDs are hashes of the
+	// idempotency keys, so without it a batch would be found and claimed
+	// in hash order instead of first in, first out. It never leaves the
+	// store (ledger.OutboxEntry has no field for it) and never changes.
+	seqs map[ledger.OutboxEntryID]uint64
+	// pending holds Pending entries by (CreatedAt, enqueue sequence, ID),
+	// claimed or not.
+	pending btree[seqKey]
 	// scheduled holds RetryScheduled and Deferred entries by
 	// (NextAttemptAt, ID), claimed or not.
 	scheduled btree[timeKey]
@@ -44,7 +55,11 @@ type Outbox struct {
 func NewOutbox(opts ...Option) *Outbox { return New(opts...).Outbox() }
 
 func newOutbox(cfg config) *Outbox {
-	return &Outbox{cfg: cfg, entries: make(map[ledger.OutboxEntryID]*ledger.OutboxEntry)}
+	return &Outbox{
+		cfg:     cfg,
+		entries: make(map[ledger.OutboxEntryID]*ledger.OutboxEntry),
+		seqs:    make(map[ledger.OutboxEntryID]uint64),
+	}
 }
 
 // Enqueue adds a Pending entry for env, its ID derived from
@@ -66,9 +81,10 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 
 // EnqueueBatch enqueues envs in order under one lock, answering one result
 // per envelope as Enqueue would; an envelope whose key appeared earlier in
-// the batch is judged against the earlier one. It is atomic for errors:
-// one invalid envelope (or a batch of 0 or more than ledger.MaxLimit)
-// fails the call with ErrInvalid and nothing is written.
+// the batch is judged against the earlier one. The new entries share one
+// CreatedAt and are found and claimed in the order of envs. It is atomic
+// for errors: one invalid envelope (or a batch of 0 or more than
+// ledger.MaxLimit) fails the call with ErrInvalid and nothing is written.
 func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
 	if err := begin(ctx, ledger.ValidateEnvelopeBatch(envs, o.cfg.maxPayload)); err != nil {
 		return nil, err
@@ -96,6 +112,8 @@ func (o *Outbox) enqueueLocked(env ledger.Envelope, e ledger.OutboxEntry) ledger
 	}
 	p := &e
 	o.entries[e.ID] = p
+	o.enqueued++
+	o.seqs[e.ID] = o.enqueued
 	o.reindex(nil, p)
 	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}
 }
@@ -133,7 +151,8 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 }
 
 // FindPending returns up to limit Pending entries, claimed or not, oldest
-// first (ledger.OutboxEntry.PendingBefore). Errors: ErrInvalid, ctx.Err().
+// first: CreatedAt, then enqueue order (entries created at the same instant
+// come in the order they were enqueued). Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
 	if err := begin(ctx, ledger.ValidateFindPending(limit)); err != nil {
 		return nil, err
@@ -228,10 +247,10 @@ func (o *Outbox) write(id ledger.OutboxEntryID, op string, step func(ledger.Outb
 }
 
 // ClaimPending claims up to req.Limit Pending entries that are unclaimed or
-// whose claim expired at req.Now, oldest first, each under a new token
-// until req.Now+req.LeaseDuration. It walks the pending index in order,
-// skipping entries whose claim is still in force. Errors: ErrInvalid,
-// ctx.Err().
+// whose claim expired at req.Now, oldest first (CreatedAt, then enqueue
+// order), each under a new token until req.Now+req.LeaseDuration. It walks
+// the pending index in order, skipping entries whose claim is still in
+// force. Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
 		return nil, err
@@ -381,9 +400,9 @@ func (o *Outbox) reindex(old, e *ledger.OutboxEntry) {
 	wasPending := old != nil && old.Status == ledger.OutboxStatusPending
 	if isPending := e.Status == ledger.OutboxStatusPending; wasPending != isPending {
 		if wasPending {
-			o.pending.delete(entryKey(old.CreatedAt, old.ID))
+			o.pending.delete(o.pendingKey(old))
 		} else {
-			o.pending.insert(entryKey(e.CreatedAt, e.ID))
+			o.pending.insert(o.pendingKey(e))
 		}
 	}
 	wasScheduled := old != nil && old.Status.Scheduled()
@@ -396,6 +415,14 @@ func (o *Outbox) reindex(old, e *ledger.OutboxEntry) {
 			o.scheduled.insert(entryKey(e.NextAttemptAt, e.ID))
 		}
 	}
+}
+
+// pendingKey is e's key in the pending index. CreatedAt and the enqueue
+// sequence never change, so an entry keeps its place while it stays
+// Pending, and gets it back if a Save makes it Pending again. The caller
+// holds o.mu.
+func (o *Outbox) pendingKey(e *ledger.OutboxEntry) seqKey {
+	return seqKey{at: e.CreatedAt.UnixMicro(), seq: o.seqs[e.ID], id: string(e.ID)}
 }
 
 func entryKey(t time.Time, id ledger.OutboxEntryID) timeKey {

@@ -15,10 +15,10 @@ type ordered[K any] interface {
 	compare(other K) int
 }
 
-// timeKey orders records by a time (Unix microseconds), then by ID. Every
-// time index uses it: offers by AvailableAt, leases by ExpiresAt,
-// acknowledgements by Deadline, outbox entries by CreatedAt or
-// NextAttemptAt.
+// timeKey orders records by a time (Unix microseconds), then by ID. Most
+// time indexes use it: offers by AvailableAt, leases by ExpiresAt,
+// acknowledgements by Deadline, outbox entries by NextAttemptAt (pending
+// outbox entries use seqKey).
 type timeKey struct {
 	at int64
 	id string
@@ -29,6 +29,33 @@ func (a timeKey) compare(b timeKey) int {
 	case a.at < b.at:
 		return -1
 	case a.at > b.at:
+		return 1
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+// seqKey orders records by a time (Unix microseconds), then by a sequence
+// number that grows with every record added, then by ID. The outbox's
+// pending index uses it with the enqueue sequence, so that entries created
+// at the same instant (one EnqueueBatch, or enqueues within a microsecond)
+// come in the order they were enqueued, not in the order of their hashed
+// IDs. The sequence is unique within an Outbox; the ID only makes the
+// order total.
+type seqKey struct {
+	at  int64
+	seq uint64
+	id  string
+}
+
+func (a seqKey) compare(b seqKey) int {
+	switch {
+	case a.at < b.at:
+		return -1
+	case a.at > b.at:
+		return 1
+	case a.seq < b.seq:
+		return -1
+	case a.seq > b.seq:
 		return 1
 	}
 	return strings.Compare(a.id, b.id)

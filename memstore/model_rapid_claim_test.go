@@ -91,6 +91,17 @@ type claimModel struct {
 	now    time.Time // also the store's clock, for the methods without now
 	recs   map[ledger.OutboxEntryID]*cmdlRecord
 	claims []ledger.Claim
+	// seq is each entry's enqueue order: pending entries created at the
+	// same instant come out in the order they were enqueued.
+	seq map[ledger.OutboxEntryID]int
+}
+
+// pendingCompare orders pending entries: CreatedAt, then enqueue order.
+func (s *claimModel) pendingCompare(a, b *cmdlRecord) int {
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	return s.seq[a.ID] - s.seq[b.ID]
 }
 
 func (s *claimModel) actions() map[string]func(*rapid.T) {
@@ -129,6 +140,7 @@ func (s *claimModel) enqueue(t *rapid.T) {
 		require.Equal(t, ledger.OutcomeApplied, res.Outcome)
 		r = &cmdlRecord{ID: id, Envelope: env, Status: ledger.OutboxStatusPending, Version: 1, Created: s.now, Updated: s.now}
 		s.recs[id] = r
+		s.seq[id] = len(s.seq) + 1
 	case reflect.DeepEqual(env, r.Envelope):
 		require.Equal(t, ledger.OutcomeRepeated, res.Outcome)
 	default:
@@ -155,11 +167,10 @@ func (s *claimModel) claimFrom(t *rapid.T, retry bool) {
 		}
 	}
 	slices.SortFunc(cands, func(a, b *cmdlRecord) int {
-		at, bt := a.Created, b.Created
-		if retry {
-			at, bt = a.NextAttemptAt, b.NextAttemptAt
+		if !retry {
+			return s.pendingCompare(a, b)
 		}
-		if c := at.Compare(bt); c != 0 {
+		if c := a.NextAttemptAt.Compare(b.NextAttemptAt); c != 0 {
 			return c
 		}
 		return strings.Compare(string(a.ID), string(b.ID))
@@ -395,7 +406,12 @@ func (s *claimModel) check(t *rapid.T) {
 	}
 	gotPending, err := s.o.FindPending(s.ctx, ledger.MaxLimit)
 	require.NoError(t, err)
-	require.Equal(t, order(pending, func(r *cmdlRecord) time.Time { return r.Created }), ids(gotPending))
+	slices.SortFunc(pending, s.pendingCompare)
+	var wantPending []ledger.OutboxEntryID
+	for _, r := range pending {
+		wantPending = append(wantPending, r.ID)
+	}
+	require.Equal(t, wantPending, ids(gotPending))
 	gotReady, err := s.o.FindRetryReady(s.ctx, s.now, ledger.MaxLimit)
 	require.NoError(t, err)
 	require.Equal(t, order(ready, func(r *cmdlRecord) time.Time { return r.NextAttemptAt }), ids(gotReady))
@@ -411,7 +427,7 @@ func (s *claimModel) same(t *rapid.T, r *cmdlRecord, e ledger.OutboxEntry) {
 // fresh for every rapid check, stamping from the given clock.
 func runClaimModel(t *testing.T, newStore func(clock func() time.Time) ledger.ClaimStore) {
 	rapid.Check(t, func(t *rapid.T) {
-		s := &claimModel{ctx: context.Background(), now: mdlT0, recs: map[ledger.OutboxEntryID]*cmdlRecord{}}
+		s := &claimModel{ctx: context.Background(), now: mdlT0, recs: map[ledger.OutboxEntryID]*cmdlRecord{}, seq: map[ledger.OutboxEntryID]int{}}
 		s.o = newStore(func() time.Time { return s.now })
 		for range rapid.IntRange(1, 4).Draw(t, "initial") {
 			s.enqueue(t)

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -32,6 +33,8 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 // EnqueueBatch enqueues envs in one transaction (see
 // ledger.OutboxBatchEnqueuer): atomic for errors, one result per envelope
 // in order, a repeated idempotency key judged against the entry it names.
+// The new entries share one CreatedAt and are found and claimed in the
+// order of envs.
 func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
 	if err := o.s.check(ctx, ledger.ValidateEnvelopeBatch(envs, o.s.cfg.maxPayload)); err != nil {
 		return nil, err
@@ -40,7 +43,8 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 }
 
 // enqueue works like Store.enqueue, keyed by the entry ID each envelope's
-// idempotency key derives.
+// idempotency key derives. The rows are inserted in ID order, their
+// enqueue_seq in envelope order (see enqueueSeqs).
 func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
 	s := o.s
 	now := ledger.Normalize(s.cfg.clock())
@@ -55,6 +59,10 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 				ids = append(ids, e.ID)
 			}
 		}
+		seqs, err := o.enqueueSeqs(ctx, tx, ids) // ids are in envelope order here
+		if err != nil {
+			return false, err
+		}
 		slices.Sort(ids) // as in Store.enqueue: no deadlock between batches
 		b := &pgx.Batch{}
 		for _, id := range ids {
@@ -62,7 +70,11 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			if err != nil {
 				return false, err
 			}
-			b.Queue(s.q.insertEntry, pointers(r.columns())...)
+			if seqs == nil {
+				b.Queue(s.q.insertEntry, pointers(r.columns())...)
+			} else {
+				b.Queue(s.q.insertEntryAt, append(pointers(r.columns()), seqs[id])...)
+			}
 		}
 		inserted, err := execBatch(ctx, tx, b)
 		if err != nil {
@@ -111,6 +123,49 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 	return results, nil
 }
 
+// enqueueSeqs returns the enqueue_seq to insert each of ids with (the
+// distinct IDs of one call, in envelope order), or nil when the column
+// default will do.
+//
+// FindPending and ClaimPending break ties on created_at by enqueue_seq, and
+// every entry of one call shares one created_at, so enqueue_seq must follow
+// the order of the envelopes. The rows, though, are inserted in ID order,
+// so that two batches sharing keys wait for each other's keys in the same
+// order and cannot deadlock; the column default would number them in that
+// order. So a call of more than one entry takes its values from the
+// identity's sequence in one round trip, sorts them (the order nextval ran
+// in across the rows of one SELECT is not a promise PostgreSQL makes) and
+// hands the k-th smallest to the k-th envelope. One INSERT ... SELECT FROM
+// unnest(...) WITH ORDINALITY could number rows by ordinality without the
+// round trip, but only by inserting them in ordinality order, which is the
+// deadlock again, and it would need every column as an array. A single
+// entry needs no reservation: the default numbers it as well as any.
+//
+// Values taken for keys that turn out to exist are lost; only the order of
+// the values matters, never their density.
+func (o *Outbox) enqueueSeqs(ctx context.Context, tx pgx.Tx, ids []ledger.OutboxEntryID) (map[ledger.OutboxEntryID]int64, error) {
+	if len(ids) < 2 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, o.s.q.reserveEnqueueSeqs, o.s.q.enqueueSeqName, len(ids))
+	if err != nil {
+		return nil, err
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(ids) {
+		return nil, fmt.Errorf("took %d enqueue sequence values for %d entries", len(vals), len(ids))
+	}
+	slices.Sort(vals)
+	seqs := make(map[ledger.OutboxEntryID]int64, len(ids))
+	for i, id := range ids {
+		seqs[id] = vals[i]
+	}
+	return seqs, nil
+}
+
 // Save writes entry's mutable fields when its Version is current (see
 // ledger.OutboxStore): ErrConflict for a stale Version or an ended entry,
 // ErrNotFound for an unknown ID.
@@ -143,8 +198,8 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 	return e, nil
 }
 
-// FindPending returns up to limit Pending entries, oldest first (see
-// ledger.OutboxStore).
+// FindPending returns up to limit Pending entries, oldest first: CreatedAt,
+// then enqueue order (see ledger.OutboxStore).
 func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
 	if err := o.s.check(ctx, ledger.ValidateFindPending(limit)); err != nil {
 		return nil, err
@@ -244,12 +299,13 @@ func (o *Outbox) base(ctx context.Context, op string, id ledger.OutboxEntryID, s
 }
 
 // ClaimPending claims Pending entries (see ledger.ClaimStore) in one
-// statement that skips rows other workers hold; they come oldest first.
+// statement that skips rows other workers hold; they come oldest first:
+// CreatedAt, then enqueue order.
 func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
-	return o.claim(ctx, "claim pending", o.s.q.claimPending, req, ledger.OutboxEntry.PendingBefore)
+	return o.claim(ctx, "claim pending", o.s.q.claimPending, req, pendingBefore)
 }
 
 // ClaimRetryReady claims due RetryScheduled and Deferred entries (see
@@ -258,19 +314,39 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
-	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req, ledger.OutboxEntry.RetryBefore)
+	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req, retryBefore)
 }
+
+// claimedRow is one row a claim statement returns: the claimed entry and
+// its enqueue_seq, which the record has no field for.
+type claimedRow struct {
+	ledger.ClaimedEntry
+	seq int64
+}
+
+// pendingBefore is ClaimPending's order, pendingOrder in Go:
+// ledger.OutboxEntry.PendingBefore, with a tie on CreatedAt broken by
+// enqueue order before the ID, which is then only the last resort.
+func pendingBefore(a, b claimedRow) bool {
+	if a.Entry.CreatedAt.Equal(b.Entry.CreatedAt) && a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.Entry.PendingBefore(b.Entry)
+}
+
+// retryBefore is ClaimRetryReady's order, ledger.OutboxEntry.RetryBefore.
+func retryBefore(a, b claimedRow) bool { return a.Entry.RetryBefore(b.Entry) }
 
 // claim runs a claim statement (ledger.OutboxEntry.Grant in SQL, see
 // outboxGrantSet) and returns the claims in the order less gives.
-func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest, less func(a, b ledger.OutboxEntry) bool) ([]ledger.ClaimedEntry, error) {
+func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest, less func(a, b claimedRow) bool) ([]ledger.ClaimedEntry, error) {
 	s := o.s
 	now := ledger.Normalize(req.Now)
 	tokens := make([]string, req.Limit)
 	for i := range tokens {
 		tokens[i] = string(ledger.NewToken())
 	}
-	var out []ledger.ClaimedEntry
+	var out []claimedRow
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		out = nil
 		rows, err := tx.Query(ctx, query, now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)))
@@ -280,14 +356,15 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 		defer rows.Close()
 		for rows.Next() {
 			var r outboxRow
-			if err := rows.Scan(pointers(r.columns())...); err != nil {
+			var seq int64
+			if err := rows.Scan(append(pointers(r.columns()), &seq)...); err != nil {
 				return false, err
 			}
 			e := r.entry()
 			if e.Claim == nil {
 				return false, errRowChanged
 			}
-			out = append(out, ledger.ClaimedEntry{Claim: *e.Claim, Entry: e})
+			out = append(out, claimedRow{ClaimedEntry: ledger.ClaimedEntry{Claim: *e.Claim, Entry: e}, seq: seq})
 		}
 		if err := rows.Err(); err != nil {
 			return false, err
@@ -298,13 +375,17 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 		return nil, err
 	}
 	// UPDATE ... RETURNING has no order; claims do not change the order
-	// keys, so the state machine's comparison of the new records is the
-	// order of selection.
-	sort.Slice(out, func(i, j int) bool { return less(out[i].Entry, out[j].Entry) })
+	// keys (CreatedAt, NextAttemptAt, enqueue_seq, ID), so comparing the
+	// new records restores the order of selection.
+	sort.Slice(out, func(i, j int) bool { return less(out[i], out[j]) })
 	if len(out) == 0 {
 		return nil, nil
 	}
-	return out, nil
+	claimed := make([]ledger.ClaimedEntry, len(out))
+	for i, r := range out {
+		claimed[i] = r.ClaimedEntry
+	}
+	return claimed, nil
 }
 
 // claimApply is the state machine step of one claim completion.

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +19,8 @@ import (
 // of the previous batch), $2 the batch size, then their own arguments.
 
 // Predicates shared by several statements. Each one has a partial index
-// in migrations/0001_init.sql.
+// in migrations/0001_init.sql (the pending one, since 0002, in
+// migrations/0002_enqueue_order.sql).
 const (
 	// offerableWhere mirrors ledger.Delivery.Offerable: a Leased delivery's
 	// available_at is its lease expiry (a CHECK constraint holds it there).
@@ -32,10 +34,13 @@ const (
 	// supersedableWhere mirrors ledger.Delivery.Supersedable.
 	supersedableWhere = `state IN ('offered', 'leased')`
 
-	// pendingWhere and pendingOrder mirror OutboxEntry.PendingClaimable
-	// (with unclaimedWhere) and PendingBefore.
+	// pendingWhere mirrors OutboxEntry.PendingClaimable (with
+	// unclaimedWhere). pendingOrder is OutboxEntry.PendingBefore with ties
+	// on created_at broken by enqueue order (enqueue_seq), as pendingBefore
+	// in claim.go is in Go: a batch shares one created_at, and ids are
+	// hashes. enqueue_seq comes from a sequence, so the id is not needed.
 	pendingWhere = `status = 'pending'`
-	pendingOrder = `created_at, id`
+	pendingOrder = `created_at, enqueue_seq`
 	// retryReadyWhere and retryOrder mirror OutboxEntry.RetryReady and
 	// RetryBefore.
 	retryReadyWhere = `status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1`
@@ -94,7 +99,9 @@ const outboxGrantSet = `
 // $3, and applies the grant %[4]s to them, all in one statement, returning
 // the columns %[5]s. %[6]s names extra picked columns carried through to
 // RETURNING (as they were before the grant): Lease needs each delivery's
-// available_at as it was offered, which is its delivery order.
+// available_at as it was offered, which is its delivery order; both
+// claims carry enqueue_seq, which is no field of the record, and with which
+// Outbox.claim restores ClaimPending's order.
 const grantTemplate = `
 WITH picked AS (
 	SELECT id%[6]s FROM %[1]s
@@ -128,6 +135,11 @@ type queries struct {
 	claimPending, claimRetryReady             string
 	migrationsTableExists, appliedMigrations  string
 	recordMigration, createSchema, advisoryXL string
+
+	// insertEntryAt is insertEntry with an explicit enqueue_seq as the
+	// last parameter; reserveEnqueueSeqs takes $2 values from the
+	// sequence named $1 (enqueueSeqName). See Outbox.enqueue.
+	insertEntryAt, reserveEnqueueSeqs, enqueueSeqName string
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -182,8 +194,8 @@ func newQueries(schema string) *queries {
 		updateEntry:     update(outbox, ocols),
 		findPending:     selectFrom(ocols, outbox) + " WHERE " + pendingWhere + " ORDER BY " + pendingOrder + " LIMIT $1",
 		findRetryReady:  selectFrom(ocols, outbox) + " WHERE " + retryReadyWhere + " ORDER BY " + retryOrder + " LIMIT $2",
-		claimPending:    grant(outbox, pendingWhere+" AND "+unclaimedWhere, pendingOrder, outboxGrantSet, ocols, ""),
-		claimRetryReady: grant(outbox, retryReadyWhere+" AND "+unclaimedWhere, retryOrder, outboxGrantSet, ocols, ""),
+		claimPending:    grant(outbox, pendingWhere+" AND "+unclaimedWhere, pendingOrder, outboxGrantSet, ocols, "enqueue_seq"),
+		claimRetryReady: grant(outbox, retryReadyWhere+" AND "+unclaimedWhere, retryOrder, outboxGrantSet, ocols, "enqueue_seq"),
 
 		createSchema: "CREATE SCHEMA IF NOT EXISTS " + s,
 		advisoryXL:   "SELECT pg_catalog.pg_advisory_xact_lock($1)",
@@ -191,6 +203,12 @@ func newQueries(schema string) *queries {
 			WHERE schemaname = $1 AND tablename = 'schema_migrations')`,
 		appliedMigrations: "SELECT version FROM " + s + ".schema_migrations ORDER BY version",
 		recordMigration:   "INSERT INTO " + s + ".schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+
+		insertEntryAt: insert(outbox, append(slices.Clip(ocols), "enqueue_seq")),
+		// The sequence's name is a parameter (a regclass) rather than a
+		// string literal in the statement, so it needs no quoting.
+		reserveEnqueueSeqs: "SELECT pg_catalog.nextval($1::regclass) FROM pg_catalog.generate_series(1, $2::integer)",
+		enqueueSeqName:     s + ".outbox_entries_enqueue_seq",
 	}
 	for _, byTargets := range []bool{false, true} {
 		for _, byCeremony := range []bool{false, true} {
