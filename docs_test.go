@@ -80,6 +80,10 @@ func deliveryTable(t *testing.T) string {
 			g, o := d.Release(lease, now)
 			return cell(o, string(d.State), string(g.State))
 		}},
+		{"RenewLease", func(d Delivery) string {
+			g, o := d.Renew(lease, now, time.Minute)
+			return cell(o, string(d.State), string(g.State))
+		}},
 		{"Expire (after deadlines)", func(d Delivery) string {
 			g, changed := d.Expire(late)
 			if !changed {

@@ -100,8 +100,8 @@ const (
 	OpAbandon          Operation = "abandon"
 	OpExpireCeremony   Operation = "expire_ceremony"
 	OpSupersede        Operation = "supersede"
-	OpReclaim          Operation = "reclaim" // incarnation rule
-	OpRenewLease       Operation = "renew_lease"
+	OpReclaim          Operation = "reclaim"     // incarnation rule
+	OpRenewLease       Operation = "renew_lease" // names renewals in logs and history; never ends a grant
 
 	OpSave             Operation = "save"
 	OpMarkDelivered    Operation = "mark_delivered"

@@ -10,9 +10,10 @@ import (
 // the call was malformed (ErrInvalid) or the store failed.
 //
 // When several outcomes apply to one call, the first in this order wins:
-// NotFound, Ended, LeaseLost, Repeated, LeaseExpired. MarkProcessed uses its
-// own order: Repeated, Ended, WrongState, WrongOwner, FenceRejected. A call
-// that does not apply writes nothing.
+// NotFound, Ended, LeaseLost, Repeated, LeaseExpired; WrongState, where a
+// call can answer it, comes just before LeaseExpired. MarkProcessed uses
+// its own order: Repeated, Ended, WrongState, WrongOwner, FenceRejected. A
+// call that does not apply writes nothing.
 type Outcome string
 
 // The outcome vocabulary shared by every operation.

@@ -59,6 +59,7 @@ var ledgerGroups = []struct {
 	{"RecordActivation", testRecordActivation},
 	{"MarkFailed", testMarkFailed},
 	{"Release", testRelease},
+	{"RenewLease", testRenewLease},
 	{"Expire", testExpire},
 	{"Abandon", testAbandon},
 	{"ExpireCeremony", testExpireCeremony},
@@ -81,6 +82,7 @@ var claimGroups = []struct {
 	{"BaseCompletions", testOutboxBaseCompletions},
 	{"Claim", testClaim},
 	{"ClaimCompletions", testClaimCompletions},
+	{"RenewClaim", testRenewClaim},
 	{"Validation", testOutboxValidation},
 	{"Concurrency", testClaimConcurrency},
 }
