@@ -26,6 +26,14 @@ var (
 	// renewing its claim showed that the claim is no longer this
 	// dispatcher's: another worker may be emitting the same entry.
 	ErrClaimLost = errors.New("dispatch: claim lost")
+	// ErrHandleTimeout is the cause of a Worker's handler context
+	// cancelled because the per-delivery timeout (WithHandleTimeout) ran
+	// out. It also matches context.DeadlineExceeded.
+	ErrHandleTimeout = fmt.Errorf("dispatch: handler timed out: %w", context.DeadlineExceeded)
+	// ErrLeaseLost is the cause of a Worker's handler context cancelled
+	// because renewing its lease showed that the lease is no longer this
+	// worker's: another worker may be handling the same delivery.
+	ErrLeaseLost = errors.New("dispatch: lease lost")
 )
 
 // PermanentError marks an emitter error as permanent: the entry is

@@ -37,6 +37,30 @@ const (
 	EventStoreError EventKind = "store_error"
 )
 
+// Event kinds of a Worker, beside Released, Retried, Lost, Renewed,
+// RenewLost and StoreError, which mean for a leased delivery what they
+// mean for a claimed entry. Every leased delivery produces exactly one of
+// Processed, Retried, Failed, Released, Lost, FenceRejected or
+// StoreError. A Worker's events carry the delivery ID in EntryID.
+const (
+	// EventLeased: the delivery was leased; Duration is zero.
+	EventLeased EventKind = "leased"
+	// EventReclaimed: the Worker's lease call took the delivery back from
+	// an older incarnation of its agent (ledger.Ledger.Lease's incarnation
+	// rule). It may also be leased again by the same call.
+	EventReclaimed EventKind = "reclaimed"
+	// EventProcessed: the handler succeeded and the delivery was
+	// acknowledged and marked processed.
+	EventProcessed EventKind = "processed"
+	// EventFailed: the handler failed permanently, or for the delivery's
+	// last allowed attempt, and the delivery is Failed.
+	EventFailed EventKind = "failed"
+	// EventFenceRejected: MarkProcessed rejected the fence as lower than
+	// one already accepted for the target. The delivery stays acknowledged
+	// until its acknowledgement deadline ends it as Expired.
+	EventFenceRejected EventKind = "fence_rejected"
+)
+
 // Event is one observation. EntryID is empty for cycle-level events (a
 // failed claim call). Outcome is the store's outcome (a ledger.Outcome as
 // text) when there is one. Err is the emitter's error for Retried and

@@ -1,0 +1,576 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Handler handles one leased delivery for a Worker. It returns what to do
+// with the delivery (see Decision) or an error. An error gives the
+// attempt up with MarkFailed: the delivery is offered again after the
+// policy's backoff, or ends as Failed when its attempts are used up or the
+// error is wrapped by Permanent. A panic is recovered and recorded as an
+// ordinary failure. Defer has no meaning for a delivery and counts as an
+// ordinary failure.
+//
+// Handle must honour ctx: it is cancelled when the per-delivery timeout
+// runs out, when the shutdown deadline passes, or when renewing the lease
+// shows it lost (context.Cause: ErrHandleTimeout, ErrShutdown,
+// ErrLeaseLost). Handle may be called more than once for one delivery
+// (see the Worker's documentation), so what it does must be idempotent,
+// for example keyed on the delivery ID.
+type Handler interface {
+	Handle(ctx context.Context, d ledger.Delivery) (Decision, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, d ledger.Delivery) (Decision, error)
+
+// Handle calls f(ctx, d).
+func (f HandlerFunc) Handle(ctx context.Context, d ledger.Delivery) (Decision, error) {
+	return f(ctx, d)
+}
+
+// Decision is what a handler that returned no error decided. The zero
+// Decision processes the delivery with DefaultAction and no fence.
+type Decision struct {
+	// Release gives the lease back without counting the attempt (the
+	// delivery is offerable again at once, to this Worker or another)
+	// instead of processing it. Action and Fence are then ignored.
+	Release bool
+	// Action names what the handler did; MarkProcessed records it.
+	// Empty means DefaultAction. It is cut to a valid ledger name.
+	Action ledger.ActionRef
+	// Fence, when not nil, is passed to MarkProcessed; otherwise the
+	// fence comes from the Worker's FenceSource, if it has one.
+	Fence *ledger.Fence
+}
+
+// Processed returns the Decision that marks the delivery processed with
+// action.
+func Processed(action ledger.ActionRef) Decision { return Decision{Action: action} }
+
+// Released returns the Decision that gives the lease back uncounted.
+func Released() Decision { return Decision{Release: true} }
+
+// WorkerStats counts what one poll cycle of a Worker did. Every leased
+// delivery is counted once in Processed, Retried, Failed, Released, Lost,
+// FenceRejected or StoreErrors.
+type WorkerStats struct {
+	Leased int
+	// Reclaimed counts deliveries taken back from older incarnations of
+	// the agent; they may also be counted in Leased.
+	Reclaimed int
+	Processed int
+	// Retried counts failures after which the delivery is offered again.
+	Retried int
+	// Failed counts failures that ended the delivery as Failed.
+	Failed   int
+	Released int
+	// Lost counts completions that did not apply (for example an
+	// acknowledgement after the lease expired). They are never counted as
+	// processed.
+	Lost int
+	// FenceRejected counts deliveries whose MarkProcessed was rejected for
+	// a stale fence. They are never counted as processed.
+	FenceRejected int
+	// Renewed counts lease renewals that applied.
+	Renewed int
+	// StoreErrors counts failed ledger calls (leases, completions,
+	// renewals, releases).
+	StoreErrors int
+}
+
+// Worker is a host agent's loop over a ledger.Ledger: it leases
+// deliveries for its targets under one owner incarnation, hands each to a
+// Handler, and records the handler's answer.
+//
+// # Order of calls
+//
+// For each delivery the Worker calls Lease, then Handle, then, depending
+// on the answer:
+//
+//   - a Decision to process: the fence (Decision.Fence or the
+//     FenceSource), then Acknowledge, then MarkProcessed;
+//   - a Decision to release: Release (the attempt is not counted);
+//   - an error (or a panic, or a FenceSource error): MarkFailed, permanent
+//     when the error is wrapped by Permanent.
+//
+// The handler runs before the acknowledgement on purpose: the ledger never
+// offers acknowledged work again and refuses MarkFailed and Release on it,
+// so acknowledging first would leave a failed handler no way to give the
+// delivery back; it would sit until its acknowledgement deadline ended it
+// as Expired. Acknowledging after the handler keeps every failure
+// retryable. The price is that the handler's work may be repeated: when
+// the handler succeeds but the acknowledgement does not apply (the lease
+// expired or was taken over) or the process dies before it, the delivery
+// is offered again and handled again. Delivery is at least once; handlers
+// must be idempotent.
+//
+// A completion whose outcome is not Applied is logged and reported
+// (EventLost, or EventFenceRejected for a stale fence), never counted as
+// processed. A store error after a successful Acknowledge leaves the
+// delivery acknowledged until Expire ends it at its acknowledgement
+// deadline: it is not handled again.
+//
+// # Incarnations
+//
+// Each NewWorker is a new incarnation of its agent (a fresh random
+// incarnation name). A restarted host therefore leases as a new
+// incarnation, and the ledger takes back the deliveries still leased to
+// the agent's old incarnation at the new Worker's first lease call (they
+// are counted in WorkerStats.Reclaimed and may be leased again at once),
+// instead of waiting for their leases to run out. For the same reason, two
+// live Workers must not share an agent name: each would take the other's
+// leases. Scale one Worker with WithConcurrency, or give each its own
+// agent.
+//
+// # Heartbeats, timeouts and shutdown
+//
+// Each Handle call runs under a timeout (WithHandleTimeout). When the
+// ledger is a ledger.Renewer the Worker renews the lease every third of
+// the lease duration while the handler runs, and cancels the handler
+// (context.Cause: ErrLeaseLost) as soon as a renewal does not apply. When
+// Run's (or RunOnce's) context is cancelled the Worker stops leasing,
+// releases the leases whose handler has not started, and lets the handlers
+// in flight finish for up to the shutdown timeout before cancelling them
+// (ErrShutdown); their answers are still recorded, with a context detached
+// from the cancelled one.
+//
+// A Worker is safe for concurrent use; run one Run loop per Worker.
+type Worker struct {
+	ledger  ledger.Ledger
+	renewer ledger.Renewer // nil when the ledger cannot renew
+	handler Handler
+	owner   ledger.Owner
+	filter  ledger.LeaseFilter
+	cfg     workerConfig
+}
+
+// NewWorker returns a Worker that leases deliveries of targets (all
+// targets when empty) from l for agent, under a new incarnation, and
+// handles them with h. It fails with an error matching ledger.ErrInvalid
+// when l or h is nil, agent or a target is not a valid ledger name, or an
+// option is malformed.
+func NewWorker(l ledger.Ledger, agent string, targets []ledger.Target, h Handler, opts ...WorkerOption) (*Worker, error) {
+	if l == nil {
+		return nil, &ledger.InvalidError{Field: "ledger", Reason: "must not be nil"}
+	}
+	if h == nil {
+		return nil, &ledger.InvalidError{Field: "handler", Reason: "must not be nil"}
+	}
+	cfg := defaultWorkerConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.applyWorker(&cfg)
+		}
+	}
+	renewer, _ := l.(ledger.Renewer)
+	if err := cfg.validate(renewer != nil); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		ledger:  l,
+		renewer: renewer,
+		handler: h,
+		owner:   ledger.Owner{Agent: agent, Incarnation: string(ledger.NewToken())},
+		filter:  ledger.LeaseFilter{Targets: slices.Clone(targets), Ceremony: cfg.ceremony},
+		cfg:     cfg,
+	}
+	// The time is a placeholder: only the other arguments are checked here.
+	if err := ledger.ValidateLease(w.filter, w.owner, ledger.MinTime, cfg.leaseDuration, cfg.batchSize); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Owner returns the agent and the incarnation the Worker leases under.
+func (w *Worker) Owner() ledger.Owner { return w.owner }
+
+// Run polls until ctx is cancelled: a poll cycle (RunOnce), then, unless
+// the cycle leased a full batch, a wait of the poll interval. When ctx is
+// cancelled Run stops leasing, lets the handlers in flight finish within
+// the shutdown timeout, releases the leases it had not started, and
+// returns nil. Errors of a cycle are logged and observed, not returned.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := ledger.ValidateContext(ctx); err != nil {
+		return err
+	}
+	for {
+		st, err := w.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: worker poll cycle failed",
+				slog.String("owner", w.owner.String()), slog.Any("error", err))
+		}
+		if st.Leased >= w.cfg.batchSize && err == nil {
+			continue // a full batch suggests more is due
+		}
+		if !w.cfg.waitPoll(ctx) {
+			return nil
+		}
+	}
+}
+
+// RunOnce runs one poll cycle: it leases up to the batch size of
+// deliveries, handles them with bounded concurrency, records each answer,
+// and returns when every handler it started has been recorded (or
+// abandoned after its context was cancelled, for handlers that ignore it).
+// On cancellation it behaves as Run does. The error joins the lease error,
+// any store errors of completions, and ctx.Err() when ctx was cancelled;
+// the stats count what happened either way.
+func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
+	if err := ledger.ValidateContext(ctx); err != nil {
+		return WorkerStats{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return WorkerStats{}, err
+	}
+	c := &workerCycle{w: w}
+	res, err := w.ledger.Lease(ctx, w.filter, w.owner, w.cfg.clock(), w.cfg.leaseDuration, w.cfg.batchSize)
+	if err != nil {
+		c.record(Event{Kind: EventStoreError, Err: err})
+		w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease failed",
+			slog.String("owner", w.owner.String()), slog.Any("error", err))
+	}
+	for _, id := range res.Reclaimed {
+		c.record(Event{Kind: EventReclaimed, EntryID: string(id)})
+		w.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "dispatch: reclaimed a delivery from an older incarnation",
+			slog.String("owner", w.owner.String()), slog.String("delivery_id", string(id)))
+	}
+	for _, ld := range res.Leased {
+		c.record(Event{Kind: EventLeased, EntryID: string(ld.Delivery.ID), Attempt: ld.Delivery.Attempts})
+	}
+	w.handleAll(ctx, res.Leased, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats, errors.Join(err, errors.Join(c.errs...), ctx.Err())
+}
+
+// handleAll handles leased with at most the configured concurrency and
+// waits for every handler it started.
+func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, c *workerCycle) {
+	if len(leased) == 0 {
+		return
+	}
+	flight, stop := w.cfg.flight(ctx)
+	defer stop()
+	sem := make(chan struct{}, w.cfg.concurrency)
+	var wg sync.WaitGroup
+	for i, ld := range leased {
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		// Checked after the select too: when both cases are ready it picks
+		// at random, and a cancelled cycle must start nothing new.
+		if ctx.Err() != nil {
+			if acquired {
+				<-sem
+			}
+			w.releaseAll(ctx, leased[i:], c)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w.process(flight, ld, c)
+		}()
+	}
+	wg.Wait()
+}
+
+// releaseAll gives back leases whose handler never started.
+func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery, c *workerCycle) {
+	sctx, cancel := w.cfg.storeContext(ctx)
+	defer cancel()
+	for _, ld := range leased {
+		res, err := w.ledger.Release(sctx, ld.Lease, w.cfg.clock())
+		c.completed(sctx, ld, EventReleased, res, err, 0, nil)
+	}
+}
+
+// workerCycle collects the stats and errors of one RunOnce.
+type workerCycle struct {
+	w     *Worker
+	mu    sync.Mutex
+	stats WorkerStats
+	errs  []error
+}
+
+// record counts ev and passes it to the observer.
+func (c *workerCycle) record(ev Event) {
+	c.mu.Lock()
+	s := &c.stats
+	switch ev.Kind {
+	case EventLeased:
+		s.Leased++
+	case EventReclaimed:
+		s.Reclaimed++
+	case EventProcessed:
+		s.Processed++
+	case EventRetried:
+		s.Retried++
+	case EventFailed:
+		s.Failed++
+	case EventReleased:
+		s.Released++
+	case EventLost:
+		// A lost renewal (EventRenewLost) is followed by a completion
+		// that is counted on its own, so only the completion counts here.
+		s.Lost++
+	case EventFenceRejected:
+		s.FenceRejected++
+	case EventRenewed:
+		s.Renewed++
+	case EventStoreError:
+		s.StoreErrors++
+		c.errs = append(c.errs, ev.Err)
+	}
+	c.mu.Unlock()
+	c.w.cfg.observer.Observe(ev)
+}
+
+// completed records the answer of a completion of ld that was meant to
+// produce kind: a store error, an outcome that did not apply, or kind.
+func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, kind EventKind, res ledger.DeliveryResult, err error, dur time.Duration, handleErr error) {
+	log := c.w.cfg.logger
+	attrs := []slog.Attr{
+		slog.String("owner", c.w.owner.String()),
+		slog.String("delivery_id", string(ld.Delivery.ID)),
+		slog.Int64("lease_seq", ld.Lease.Seq),
+		slog.Int("attempt", ld.Delivery.Attempts),
+	}
+	ev := Event{Kind: kind, EntryID: string(ld.Delivery.ID), Attempt: ld.Delivery.Attempts, Duration: dur, Err: handleErr, Outcome: string(res.Outcome)}
+	switch {
+	case err != nil:
+		ev.Kind, ev.Err, ev.Outcome = EventStoreError, err, ""
+		log.LogAttrs(ctx, slog.LevelError, "dispatch: ledger call failed; the delivery is offered again once its lease or acknowledgement runs out",
+			append(attrs, slog.String("intended", string(kind)), slog.Any("error", err))...)
+	case res.Outcome == ledger.OutcomeFenceRejected:
+		ev.Kind = EventFenceRejected
+		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: fence rejected; the delivery stays acknowledged until its deadline",
+			append(attrs, slog.String("intended", string(kind)))...)
+	case !res.Applied():
+		ev.Kind = EventLost
+		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: completion did not apply; the lease is no longer ours",
+			append(attrs, slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
+	default:
+		if kind == EventRetried && res.Delivery.State == ledger.DeliveryStateFailed {
+			ev.Kind = EventFailed // the attempts were used up
+		}
+		if handleErr != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "dispatch: handler failed",
+				append(attrs, slog.String("result", string(ev.Kind)), slog.Any("error", handleErr))...)
+		}
+	}
+	c.record(ev)
+}
+
+// userError explains a cancellation that a handler returned as its error:
+// the handler gave up because the Worker cancelled it, so record why.
+func userError(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("%w (handler returned: %w)", context.Cause(ctx), err)
+	}
+	return err
+}
+
+// process handles one leased delivery and records the answer.
+func (w *Worker) process(flight context.Context, ld ledger.LeasedDelivery, c *workerCycle) {
+	hctx, cancel := context.WithCancelCause(flight)
+	defer cancel(nil)
+	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { cancel(ErrHandleTimeout) })
+	hb := w.startHeartbeat(flight, ld, cancel, c)
+	start := w.cfg.clock()
+	out := w.handle(hctx, ld.Delivery)
+	dur := w.cfg.clock().Sub(start)
+	// Stop renewing before completing: a renewal racing the
+	// acknowledgement would answer WrongState and look like a lost lease.
+	hb.end()
+	stopTimeout()
+
+	sctx, cancelStore := w.cfg.storeContext(flight)
+	defer cancelStore()
+	w.complete(sctx, ld, out, dur, c)
+}
+
+// handled is the answer of the user code for one delivery.
+type handled struct {
+	dec   Decision
+	fence *ledger.Fence
+	err   error
+}
+
+// handle calls the handler and, for a decision to process, finds the
+// fence, recovering a panic in either as a *PanicError. It stops waiting
+// when ctx is cancelled: a handler that ignores cancellation is abandoned
+// (its goroutine runs on and its answer is dropped), so that one hung
+// handler cannot hold the cycle, or a shutdown, for ever.
+func (w *Worker) handle(ctx context.Context, d ledger.Delivery) handled {
+	done := make(chan handled, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- handled{err: &PanicError{Value: v}}
+			}
+		}()
+		dec, err := w.handler.Handle(ctx, d.Clone())
+		out := handled{dec: dec, err: err}
+		if err == nil && !dec.Release {
+			out.fence, out.err = w.fence(ctx, d.Target, dec)
+		}
+		done <- out
+	}()
+	var out handled
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		select { // prefer an answer that is already there
+		case out = <-done:
+		default:
+			out = handled{err: context.Cause(ctx)}
+		}
+	}
+	out.err = userError(ctx, out.err)
+	return out
+}
+
+// fence returns the fence for MarkProcessed: the decision's, else the
+// FenceSource's. A negative fence is an error here, before the delivery is
+// acknowledged, since MarkProcessed would reject it only afterwards.
+func (w *Worker) fence(ctx context.Context, target ledger.Target, dec Decision) (*ledger.Fence, error) {
+	f := dec.Fence
+	if f == nil && w.cfg.fenceSource != nil {
+		var err error
+		if f, err = w.cfg.fenceSource(ctx, target); err != nil {
+			return nil, fmt.Errorf("dispatch: fence source: %w", err)
+		}
+	}
+	if f == nil {
+		return nil, nil
+	}
+	if *f < 0 {
+		return nil, &ledger.InvalidError{Field: "fence", Reason: "must not be negative"}
+	}
+	v := *f
+	return &v, nil
+}
+
+// complete maps the user code's answer to ledger calls under the lease.
+func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out handled, dur time.Duration, c *workerCycle) {
+	switch {
+	case out.err != nil:
+		reason := ledger.FailureReason{
+			Message:   sanitizeText(out.err.Error(), ledger.MaxTextBytes),
+			Permanent: errors.Is(out.err, ErrPermanent),
+		}
+		res, err := w.ledger.MarkFailed(ctx, ld.Lease, reason, w.cfg.clock())
+		// completed turns Retried into Failed when the delivery ended.
+		c.completed(ctx, ld, EventRetried, res, err, dur, out.err)
+	case out.dec.Release:
+		res, err := w.ledger.Release(ctx, ld.Lease, w.cfg.clock())
+		c.completed(ctx, ld, EventReleased, res, err, dur, nil)
+	default:
+		res, err := w.ledger.Acknowledge(ctx, ld.Lease, w.cfg.observation, w.cfg.clock())
+		if err != nil || !res.Applied() {
+			c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
+			return
+		}
+		action := ledger.ActionRef(sanitizeName(string(out.dec.Action)))
+		if action == "" {
+			action = DefaultAction
+		}
+		res, err = w.ledger.MarkProcessed(ctx, ld.Delivery.ID, w.owner, out.fence, action, w.cfg.clock())
+		c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
+	}
+}
+
+// heartbeat keeps one lease alive while its handler runs, when the ledger
+// is a ledger.Renewer.
+type heartbeat struct {
+	mu   sync.Mutex
+	done bool
+	stop func() bool
+}
+
+// startHeartbeat schedules a renewal every third of the lease: early
+// enough that two renewals can fail (a slow store, a lost connection)
+// before the lease runs out. A renewal that does not apply means another
+// worker may hold the delivery, so the handler is cancelled with
+// ErrLeaseLost.
+func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *heartbeat {
+	hb := &heartbeat{}
+	if w.renewer == nil {
+		hb.done = true
+		return hb
+	}
+	interval := w.cfg.leaseDuration / 3
+	id := string(ld.Delivery.ID)
+	var tick func()
+	tick = func() {
+		hb.mu.Lock()
+		if hb.done {
+			hb.mu.Unlock()
+			return
+		}
+		hb.mu.Unlock()
+
+		// Renewal keeps the token and sequence, so the lease as granted
+		// stays the one to present.
+		sctx, cancelStore := context.WithTimeout(context.WithoutCancel(ctx), interval)
+		res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
+		cancelStore()
+
+		hb.mu.Lock()
+		defer hb.mu.Unlock()
+		if hb.done {
+			return
+		}
+		ev := Event{Kind: EventRenewed, EntryID: id, Attempt: ld.Delivery.Attempts, Outcome: string(res.Outcome)}
+		switch {
+		case err != nil:
+			// The lease may still be ours: try again at the next tick.
+			ev.Kind, ev.Err = EventStoreError, err
+			w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
+				slog.String("delivery_id", id), slog.Any("error", err))
+		case !res.Applied():
+			ev.Kind = EventRenewLost
+			w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
+				slog.String("delivery_id", id), slog.String("outcome", string(res.Outcome)))
+			hb.done = true
+			cancel(ErrLeaseLost)
+			c.record(ev)
+			return
+		}
+		c.record(ev)
+		hb.stop = w.cfg.afterFunc(interval, tick)
+	}
+	hb.mu.Lock()
+	hb.stop = w.cfg.afterFunc(interval, tick)
+	hb.mu.Unlock()
+	return hb
+}
+
+// end stops renewing; a renewal already in flight is ignored when it returns.
+func (hb *heartbeat) end() {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.done = true
+	if hb.stop != nil {
+		hb.stop()
+	}
+}

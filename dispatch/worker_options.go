@@ -1,0 +1,199 @@
+package dispatch
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Defaults of a Worker that differ from a Dispatcher's.
+const (
+	// DefaultHandleTimeout bounds one Handle call.
+	DefaultHandleTimeout = 30 * time.Second
+	// DefaultAction is the action recorded by MarkProcessed when a
+	// Decision names none (the ledger requires one).
+	DefaultAction ledger.ActionRef = "processed"
+)
+
+// FenceSource returns the integrator's current fencing token for target,
+// which the Worker passes to MarkProcessed (see WithFenceSource). A nil
+// fence means "no fence". An error is a failure of the delivery, like a
+// handler error: it is retried unless wrapped by Permanent.
+type FenceSource func(ctx context.Context, target ledger.Target) (*ledger.Fence, error)
+
+// WorkerOption configures a Worker. Every DispatcherOption is a
+// WorkerOption too, with the same meaning (WithClock, WithAfterFunc,
+// WithLogger, WithObserver, WithLeaseDuration, WithBatchSize,
+// WithConcurrency, WithPollInterval, WithoutPollJitter,
+// WithShutdownTimeout), except three that have no meaning for a Worker and
+// make NewWorker fail: WithWorker (the agent is NewWorker's argument),
+// WithEmitTimeout (use WithHandleTimeout) and WithPolicy (a delivery's
+// retry policy is stored on it at Enqueue).
+type WorkerOption interface {
+	applyWorker(*workerConfig)
+}
+
+// applyWorker lets a DispatcherOption configure a Worker: the settings
+// both share live in the same config struct.
+func (o DispatcherOption) applyWorker(c *workerConfig) {
+	if o != nil {
+		o(&c.config)
+	}
+}
+
+// workerOptionFunc is a WorkerOption that only a Worker understands.
+type workerOptionFunc func(*workerConfig)
+
+func (f workerOptionFunc) applyWorker(c *workerConfig) { f(c) }
+
+// WithHandleTimeout bounds one Handle call (DefaultHandleTimeout). When
+// the ledger is not a ledger.Renewer it must be shorter than the lease
+// duration, or NewWorker fails: a handler still running when its lease
+// expires could not acknowledge, and another worker may take the delivery.
+// With a Renewer the lease is renewed while the handler runs, so the
+// timeout may be longer than the lease.
+func WithHandleTimeout(d time.Duration) WorkerOption {
+	return workerOptionFunc(func(c *workerConfig) { c.handleTimeout = d })
+}
+
+// WithFenceSource sets where the fence passed to MarkProcessed comes from
+// when the handler's Decision carries none. It is called after the handler
+// succeeded and before the delivery is acknowledged, so that a failure to
+// get a fence can still be recorded with MarkFailed.
+func WithFenceSource(f FenceSource) WorkerOption {
+	return workerOptionFunc(func(c *workerConfig) { c.fenceSource = f })
+}
+
+// WithCeremony leases only deliveries of one ceremony (all by default).
+func WithCeremony(ceremony ledger.CeremonyID) WorkerOption {
+	return workerOptionFunc(func(c *workerConfig) { c.ceremony = ceremony })
+}
+
+// WithObservation sets the observation text recorded by Acknowledge
+// (empty by default).
+func WithObservation(text string) WorkerOption {
+	return workerOptionFunc(func(c *workerConfig) { c.observation = text })
+}
+
+type workerConfig struct {
+	config
+	handleTimeout time.Duration
+	fenceSource   FenceSource
+	ceremony      ledger.CeremonyID
+	observation   string
+}
+
+func defaultWorkerConfig() workerConfig {
+	c := workerConfig{config: defaultConfig(), handleTimeout: DefaultHandleTimeout}
+	// Zero values mark the settings a Worker does not take, so that
+	// validate can tell that an option set them. The batch size defaults
+	// to the concurrency: a lease starts running out when it is granted,
+	// so a Worker leases no more than it can start at once.
+	c.worker = ""
+	c.emitTimeout = 0
+	c.policy = ledger.Policy{}
+	c.batchSize = 0
+	return c
+}
+
+// validate reports the first malformed setting as a *ledger.InvalidError.
+// renews says whether the ledger is a ledger.Renewer.
+func (c *workerConfig) validate(renews bool) error {
+	bad := func(field, reason string) error { return &ledger.InvalidError{Field: field, Reason: reason} }
+	switch {
+	case c.worker != "":
+		return bad("worker", "not used by a Worker: its agent names it")
+	case c.emitTimeout != 0:
+		return bad("emit timeout", "not used by a Worker: use WithHandleTimeout")
+	case c.policy != ledger.Policy{}:
+		return bad("policy", "not used by a Worker: a delivery's policy is set at Enqueue")
+	}
+	if c.batchSize == 0 {
+		c.batchSize = c.concurrency
+	}
+	if err := ledger.ValidateDuration("lease duration", c.leaseDuration); err != nil {
+		return err
+	}
+	switch {
+	case c.handleTimeout <= 0:
+		return bad("handle timeout", "must be positive")
+	case !renews && c.handleTimeout >= c.leaseDuration:
+		return bad("handle timeout", "must be shorter than the lease duration when the ledger cannot renew leases")
+	case c.concurrency < 1:
+		return bad("concurrency", "must be at least 1")
+	case c.pollInterval <= 0:
+		return bad("poll interval", "must be positive")
+	case c.shutdownTimeout < 0:
+		return bad("shutdown timeout", "must not be negative")
+	case c.clock == nil:
+		return bad("clock", "must not be nil")
+	case c.afterFunc == nil:
+		return bad("after func", "must not be nil")
+	case c.logger == nil:
+		return bad("logger", "must not be nil")
+	case c.observer == nil:
+		return bad("observer", "must not be nil")
+	}
+	if err := ledger.ValidateLimit("batch size", c.batchSize); err != nil {
+		return err
+	}
+	return ledger.ValidateText("observation", c.observation)
+}
+
+// waitPoll waits for the poll interval (with jitter unless disabled); it
+// reports false when ctx ended first.
+func (c *config) waitPoll(ctx context.Context) bool {
+	interval := c.pollInterval
+	if c.pollJitter && interval >= 10 {
+		interval += rand.N(interval / 10)
+	}
+	due := make(chan struct{})
+	var once sync.Once
+	stop := c.afterFunc(interval, func() { once.Do(func() { close(due) }) })
+	select {
+	case <-due:
+		return true
+	case <-ctx.Done():
+		stop()
+		return false
+	}
+}
+
+// flight returns the context work in flight runs under: it outlives ctx
+// by the shutdown timeout, so that a cancelled Run lets work finish
+// instead of abandoning it half done, and is then cancelled with
+// ErrShutdown. stop releases its timers.
+func (c *config) flight(ctx context.Context) (context.Context, func()) {
+	flight, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var stopGrace func() bool
+	stopWatch := context.AfterFunc(ctx, func() {
+		if c.shutdownTimeout == 0 {
+			cancel(ErrShutdown)
+			return
+		}
+		stop := c.afterFunc(c.shutdownTimeout, func() { cancel(ErrShutdown) })
+		mu.Lock()
+		stopGrace = stop
+		mu.Unlock()
+	})
+	return flight, func() {
+		stopWatch()
+		mu.Lock()
+		if stopGrace != nil {
+			stopGrace()
+		}
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// storeContext is the context of a ledger call that must happen even
+// after ctx was cancelled (a completion or release), bounded by the lease
+// duration.
+func (c *config) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.leaseDuration)
+}
