@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -68,10 +67,10 @@ type Dispatcher struct {
 // shorter than the claim lease.
 func NewDispatcher(store ledger.ClaimStore, emitter Emitter, opts ...DispatcherOption) (*Dispatcher, error) {
 	if store == nil {
-		return nil, &ledger.InvalidError{Field: "store", Reason: "must not be nil"}
+		return nil, invalid("store", "must not be nil")
 	}
 	if emitter == nil {
-		return nil, &ledger.InvalidError{Field: "emitter", Reason: "must not be nil"}
+		return nil, invalid("emitter", "must not be nil")
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -111,27 +110,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// A full batch suggests more is due: poll again at once.
 			continue
 		}
-		if !d.wait(ctx) {
+		if !d.cfg.waitPoll(ctx) {
 			return nil
 		}
-	}
-}
-
-// wait waits for the poll interval; it reports false when ctx ended first.
-func (d *Dispatcher) wait(ctx context.Context) bool {
-	interval := d.cfg.pollInterval
-	if d.cfg.pollJitter && interval >= 10 {
-		interval += rand.N(interval / 10)
-	}
-	due := make(chan struct{})
-	var once sync.Once
-	stop := d.cfg.afterFunc(interval, func() { once.Do(func() { close(due) }) })
-	select {
-	case <-due:
-		return true
-	case <-ctx.Done():
-		stop()
-		return false
 	}
 }
 
@@ -194,76 +175,21 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 	if len(claimed) == 0 {
 		return
 	}
-	// Emissions run under a context that outlives ctx by the shutdown
-	// timeout, so a cancelled Run lets work in flight finish instead of
-	// abandoning emissions the provider may already have accepted.
-	flight, cancelFlight := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelFlight(nil)
-	var mu sync.Mutex
-	var stopGrace func() bool
-	stopWatch := context.AfterFunc(ctx, func() {
-		if d.cfg.shutdownTimeout == 0 {
-			cancelFlight(ErrShutdown)
-			return
-		}
-		stop := d.cfg.afterFunc(d.cfg.shutdownTimeout, func() { cancelFlight(ErrShutdown) })
-		mu.Lock()
-		stopGrace = stop
-		mu.Unlock()
-	})
-	defer func() {
-		stopWatch()
-		mu.Lock()
-		if stopGrace != nil {
-			stopGrace()
-		}
-		mu.Unlock()
-	}()
-
-	sem := make(chan struct{}, d.cfg.concurrency)
-	var wg sync.WaitGroup
-	for i, ce := range claimed {
-		acquired := false
-		select {
-		case sem <- struct{}{}:
-			acquired = true
-		case <-ctx.Done():
-		}
-		// Checked after the select too: when both cases are ready it picks
-		// at random, and a cancelled cycle must start nothing new.
-		if ctx.Err() != nil {
-			if acquired {
-				<-sem
-			}
-			d.releaseAll(ctx, claimed[i:], c)
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			d.process(flight, ce, c)
-		}()
-	}
-	wg.Wait()
+	flight, stop := d.cfg.flight(ctx)
+	defer stop()
+	fanOut(ctx, claimed, d.cfg.concurrency,
+		func(ce ledger.ClaimedEntry) { d.process(flight, ce, c) },
+		func(rest []ledger.ClaimedEntry) { d.releaseAll(ctx, rest, c) })
 }
 
 // releaseAll gives back claims that were never emitted.
 func (d *Dispatcher) releaseAll(ctx context.Context, claimed []ledger.ClaimedEntry, c *cycle) {
-	sctx, cancel := d.storeContext(ctx)
+	sctx, cancel := d.cfg.storeContext(ctx)
 	defer cancel()
 	for _, ce := range claimed {
 		res, err := d.store.ReleaseClaim(sctx, ce.Claim, "dispatcher shutting down before emitting")
 		c.completed(sctx, ce, EventReleased, res, err, 0, nil)
 	}
-}
-
-// storeContext is the context of a store call that must happen even after
-// the caller's ctx was cancelled (a completion or release): otherwise the
-// claim would be stranded until it expires. It is bounded by the lease
-// duration, after which the claim is worthless anyway.
-func (d *Dispatcher) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.leaseDuration)
 }
 
 // cycle collects the stats and errors of one RunOnce.

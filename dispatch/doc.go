@@ -1,7 +1,10 @@
-// Package dispatch runs the loop that drives an outbox claim store: claim
-// due entries, emit each to its provider, record what happened under the
-// claim. That loop is where hand-written outboxes lose or duplicate work;
-// this package is one careful copy of it.
+// Package dispatch runs the two loops that drive a ledger: the Dispatcher
+// drives an outbox claim store (claim due entries, emit each to its
+// provider, record what happened under the claim), and the Worker drives
+// a host agent's deliveries (lease them, hand each to a Handler, record the
+// answer under the lease). These loops are where hand-written outboxes and
+// agents lose or duplicate work; this package is one careful copy of each.
+// Both share their poll wait, shutdown, timers and observing.
 //
 // # The model
 //
@@ -77,18 +80,65 @@
 // in proportion. Give each dispatcher its own worker name (the default is
 // random) so that logs and claims say who held what.
 //
+// # The Worker
+//
+// A Worker works over any ledger.Ledger for one host agent. Each poll
+// cycle (RunOnce) leases up to a batch of deliveries for the agent's
+// targets and calls the Handler for each, with bounded concurrency. The
+// order of ledger calls for one delivery is
+//
+//   - Lease, then Handle;
+//   - on a Decision to process: Acknowledge, then MarkProcessed (with the
+//     Decision's fence or the FenceSource's);
+//   - on a Decision to release: Release (the attempt is not counted);
+//   - on an error, a panic or a FenceSource error: MarkFailed (permanent
+//     when the error is wrapped by Permanent).
+//
+// The handler runs before the acknowledgement on purpose: acknowledged
+// work can no longer be failed or released (the ledger refuses MarkFailed
+// and Release on it and never offers it again), so acknowledging first
+// would leave a failed handler no way to give the delivery back; it would
+// sit until its acknowledgement deadline ended it as Expired. A store
+// error on MarkProcessed after a successful Acknowledge is tried again a
+// few times; an answer of Repeated then means an earlier try applied.
+//
+// Delivery is at least once, so handlers must be idempotent (for example
+// keyed on the delivery ID): a handler that succeeded can be called again
+// for the same delivery when its acknowledgement does not apply (the lease
+// expired or was taken over) or the process dies before it.
+//
+// Every NewWorker is a new incarnation of its agent. The ledger takes back
+// the deliveries still leased to the agent's older incarnations at the new
+// Worker's first lease call, so a restarted host picks its work up at
+// once instead of waiting for the old leases to run out. For the same
+// reason two live Workers must not share an agent name: each would take
+// the other's leases. Scale one Worker with WithConcurrency, or give each
+// its own agent.
+//
+// When the ledger is a ledger.Renewer the Worker heartbeats: it renews
+// each lease every third of the lease duration while its handler runs, and
+// cancels the handler (context.Cause: ErrLeaseLost) as soon as a renewal
+// does not apply. Without a Renewer the handle timeout (WithHandleTimeout)
+// must be shorter than the lease. Shutdown works as the Dispatcher's
+// does: when Run's (or RunOnce's) context is cancelled the Worker stops
+// leasing, releases the leases whose handler has not started, lets the
+// handlers in flight finish for up to the shutdown timeout before
+// cancelling them (ErrShutdown), and records their answers with a context
+// detached from the cancelled one.
+//
 // # Observing
 //
 // Every outcome is reported to the Observer (a no-op by default) as an
-// Event with a kind, the entry ID, the attempt and the emission's
-// duration, and summed in the Stats that RunOnce returns. Failures and
-// lost claims are logged through log/slog (WithLogger).
+// Event with a kind, the entry (or delivery) ID, the attempt and the
+// emission's (or handler's) duration, and summed in the Stats (or
+// WorkerStats) that RunOnce returns. Failures and lost claims or leases
+// are logged through log/slog (WithLogger).
 //
-// # Testing with a dispatcher
+// # Testing with a dispatcher or a worker
 //
 // Nothing in the package reads the wall clock or starts a real timer when
 // given WithClock and WithAfterFunc: tests drive RunOnce directly, move
-// the clock forward to make retries due or claims expire, and fire the
-// fake timers (emit timeout, renewal, shutdown deadline, poll interval)
-// when they choose.
+// the clock forward to make retries due or claims and leases expire, and
+// fire the fake timers (emit or handle timeout, renewal, shutdown
+// deadline, poll interval) when they choose.
 package dispatch

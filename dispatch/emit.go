@@ -3,13 +3,8 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/leaseledger/ledger"
 )
@@ -28,48 +23,16 @@ func (d *Dispatcher) process(flight context.Context, ce ledger.ClaimedEntry, c *
 	r.end()
 	stopTimeout()
 
-	sctx, cancelStore := d.storeContext(flight)
+	sctx, cancelStore := d.cfg.storeContext(flight)
 	defer cancelStore()
 	d.complete(sctx, ce, res, emitErr, dur, c)
 }
 
-type emitted struct {
-	res ledger.EmissionResult
-	err error
-}
-
-// emit calls the emitter, recovering a panic as a *PanicError. It stops
-// waiting when ctx is cancelled: an emitter that ignores cancellation is
-// abandoned (its goroutine runs on and its result is dropped), so that one
-// hung provider call cannot hold the cycle, or a shutdown, for ever.
+// emit calls the emitter on a copy of entry (see callUser).
 func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger.EmissionResult, error) {
-	done := make(chan emitted, 1)
-	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				done <- emitted{err: &PanicError{Value: v}}
-			}
-		}()
-		res, err := d.emitter.Emit(ctx, entry.Clone())
-		done <- emitted{res: res, err: err}
-	}()
-	var out emitted
-	select {
-	case out = <-done:
-	case <-ctx.Done():
-		// Prefer an answer that is already there.
-		select {
-		case out = <-done:
-		default:
-			out = emitted{err: context.Cause(ctx)}
-		}
-	}
-	if out.err != nil && ctx.Err() != nil &&
-		(errors.Is(out.err, context.Canceled) || errors.Is(out.err, context.DeadlineExceeded)) {
-		// The emitter gave up because we cancelled it; record why.
-		out.err = fmt.Errorf("%w (emitter returned: %w)", context.Cause(ctx), out.err)
-	}
-	return out.res, out.err
+	return callUser(ctx, "emitter", func() (ledger.EmissionResult, error) {
+		return d.emitter.Emit(ctx, entry.Clone())
+	})
 }
 
 // complete maps the emission's answer to a completion under the claim.
@@ -137,113 +100,42 @@ func sanitizeResult(r ledger.EmissionResult) ledger.EmissionResult {
 	}
 }
 
-// sanitizeText makes s valid free text, cut to at most limit bytes on a
-// rune boundary.
-func sanitizeText(s string, limit int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	return truncate(s, limit)
-}
-
-// sanitizeName makes s a valid optional name: valid UTF-8, control
-// characters replaced, at most ledger.MaxNameBytes.
-func sanitizeName(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return '?'
-		}
-		return r
-	}, s)
-	return truncate(s, ledger.MaxNameBytes)
-}
-
-func truncate(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
-
-// renewal keeps one claim alive while its emission runs, when the store
-// is a ledger.ClaimRenewer.
-type renewal struct {
-	mu    sync.Mutex
-	done  bool
-	stop  func() bool
-	claim ledger.Claim
-}
-
-// startRenewal schedules a renewal every third of the lease: early enough
-// that two renewals can fail (a slow store, a lost connection) before the
-// claim runs out. A renewal that does not apply means another worker may
-// own the entry, so the emission is cancelled with ErrClaimLost.
-func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, cancel context.CancelCauseFunc, c *cycle) *renewal {
-	r := &renewal{claim: ce.Claim}
+// startRenewal renews the claim every third of the lease while its
+// emission runs, when the store is a ledger.ClaimRenewer. A renewal that
+// does not apply means another worker may own the entry, so the emission
+// is cancelled with ErrClaimLost.
+func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, cancel context.CancelCauseFunc, c *cycle) *renewLoop {
 	renewer, ok := d.store.(ledger.ClaimRenewer)
 	if !ok {
-		r.done = true
-		return r
+		return noRenewal()
 	}
-	interval := d.cfg.leaseDuration / 3
-	var tick func()
-	tick = func() {
-		r.mu.Lock()
-		if r.done {
-			r.mu.Unlock()
-			return
-		}
-		claim := r.claim
-		r.mu.Unlock()
-
-		sctx, cancelStore := context.WithTimeout(context.WithoutCancel(ctx), interval)
+	// claim is read by a renewal and replaced by the previous one's settle;
+	// renewals run one after another, ordered by the loop's lock.
+	claim := ce.Claim
+	return startRenewLoop(ctx, d.cfg.afterFunc, d.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
 		res, err := renewer.RenewClaim(sctx, claim, d.cfg.clock(), d.cfg.leaseDuration)
-		cancelStore()
-
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.done {
-			return
-		}
-		ev := Event{Kind: EventRenewed, EntryID: string(claim.EntryID), Attempt: ce.Entry.Attempts, Outcome: string(res.Outcome)}
-		switch {
-		case err != nil:
-			// The claim may still be ours: try again at the next tick.
-			ev.Kind, ev.Err = EventStoreError, err
-			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
-				slog.String("entry_id", string(claim.EntryID)), slog.Any("error", err))
-		case !res.Applied():
-			ev.Kind = EventRenewLost
-			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
-				slog.String("entry_id", string(claim.EntryID)), slog.String("outcome", string(res.Outcome)))
-			r.done = true
-			cancel(ErrClaimLost)
-			c.record(ctx, ev)
-			return
-		default:
-			if res.Entry.Claim != nil {
-				r.claim = *res.Entry.Claim
+		return func() bool {
+			ev := Event{Kind: EventRenewed, EntryID: string(claim.EntryID), Attempt: ce.Entry.Attempts, Outcome: string(res.Outcome)}
+			switch {
+			case err != nil:
+				// The claim may still be ours: try again at the next tick.
+				ev.Kind, ev.Err = EventStoreError, err
+				d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
+					slog.String("entry_id", string(claim.EntryID)), slog.Any("error", err))
+			case !res.Applied():
+				ev.Kind = EventRenewLost
+				d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
+					slog.String("entry_id", string(claim.EntryID)), slog.String("outcome", string(res.Outcome)))
+				cancel(ErrClaimLost)
+				c.record(ctx, ev)
+				return false
+			default:
+				if res.Entry.Claim != nil {
+					claim = *res.Entry.Claim
+				}
 			}
+			c.record(ctx, ev)
+			return true
 		}
-		c.record(ctx, ev)
-		r.stop = d.cfg.afterFunc(interval, tick)
-	}
-	r.mu.Lock()
-	r.stop = d.cfg.afterFunc(interval, tick)
-	r.mu.Unlock()
-	return r
-}
-
-// end stops renewing; a renewal already in flight is ignored when it returns.
-func (r *renewal) end() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.done = true
-	if r.stop != nil {
-		r.stop()
-	}
+	})
 }

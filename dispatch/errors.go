@@ -13,8 +13,8 @@ var (
 	ErrPermanent = errors.New("dispatch: permanent failure")
 	// ErrDeferred matches every error returned by Defer.
 	ErrDeferred = errors.New("dispatch: emission deferred")
-	// ErrPanic matches a *PanicError: the emitter panicked.
-	ErrPanic = errors.New("dispatch: emitter panicked")
+	// ErrPanic matches a *PanicError: an emitter or a handler panicked.
+	ErrPanic = errors.New("dispatch: panic")
 	// ErrEmitTimeout is the cause (context.Cause) of an emission context
 	// cancelled because the per-emission timeout ran out. It also matches
 	// context.DeadlineExceeded, so emitters that check for a deadline see one.
@@ -88,15 +88,16 @@ func (e *DeferError) Error() string {
 // Is makes errors.Is(err, ErrDeferred) true.
 func (e *DeferError) Is(target error) bool { return target == ErrDeferred }
 
-// PanicError is the failure recorded when an emitter panics. The panic is
-// recovered and treated as an ordinary (retryable) failure.
+// PanicError is the failure recorded when an emitter or a handler panics.
+// The panic is recovered and treated as an ordinary (retryable) failure.
+// Its text names neither, since it is stored for both.
 type PanicError struct {
-	// Value is what the emitter passed to panic.
+	// Value is what the emitter or handler passed to panic.
 	Value any
 }
 
 // Error includes the panic value.
-func (e *PanicError) Error() string { return fmt.Sprintf("dispatch: emitter panicked: %v", e.Value) }
+func (e *PanicError) Error() string { return fmt.Sprintf("dispatch: panic: %v", e.Value) }
 
 // Is makes errors.Is(err, ErrPanic) true.
 func (e *PanicError) Is(target error) bool { return target == ErrPanic }

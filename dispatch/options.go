@@ -125,37 +125,19 @@ func WithObserver(o Observer) DispatcherOption { return func(c *config) { c.obse
 
 // validate reports the first malformed setting as a *ledger.InvalidError.
 func (c *config) validate() error {
-	bad := func(field, reason string) error { return &ledger.InvalidError{Field: field, Reason: reason} }
 	if err := ledger.ValidateName("worker", c.worker); err != nil {
 		return err
 	}
-	if err := ledger.ValidateDuration("lease duration", c.leaseDuration); err != nil {
+	if err := c.validateLoop(); err != nil {
 		return err
 	}
 	switch {
 	case c.emitTimeout <= 0:
-		return bad("emit timeout", "must be positive")
+		return invalid("emit timeout", "must be positive")
 	case c.emitTimeout >= c.leaseDuration:
 		// An emission still running when its claim expires can be claimed
 		// and emitted again by another worker: a duplicate by design.
-		return bad("emit timeout", "must be shorter than the lease duration")
-	case c.concurrency < 1:
-		return bad("concurrency", "must be at least 1")
-	case c.pollInterval <= 0:
-		return bad("poll interval", "must be positive")
-	case c.shutdownTimeout < 0:
-		return bad("shutdown timeout", "must not be negative")
-	case c.clock == nil:
-		return bad("clock", "must not be nil")
-	case c.afterFunc == nil:
-		return bad("after func", "must not be nil")
-	case c.logger == nil:
-		return bad("logger", "must not be nil")
-	case c.observer == nil:
-		return bad("observer", "must not be nil")
-	}
-	if err := ledger.ValidateLimit("batch size", c.batchSize); err != nil {
-		return err
+		return invalid("emit timeout", "must be shorter than the lease duration")
 	}
 	if err := c.policy.Validate("policy"); err != nil {
 		return err

@@ -116,9 +116,11 @@ type WorkerStats struct {
 //
 // A completion whose outcome is not Applied is logged and reported
 // (EventLost, or EventFenceRejected for a stale fence), never counted as
-// processed. A store error after a successful Acknowledge leaves the
-// delivery acknowledged until Expire ends it at its acknowledgement
-// deadline: it is not handled again.
+// processed. A store error on MarkProcessed after a successful
+// Acknowledge is tried again a few times (an answer of Repeated then
+// means an earlier try applied); if every try fails the delivery stays
+// acknowledged until Expire ends it at its acknowledgement deadline: it is
+// not handled again.
 //
 // # Incarnations
 //
@@ -161,10 +163,10 @@ type Worker struct {
 // option is malformed.
 func NewWorker(l ledger.Ledger, agent string, targets []ledger.Target, h Handler, opts ...WorkerOption) (*Worker, error) {
 	if l == nil {
-		return nil, &ledger.InvalidError{Field: "ledger", Reason: "must not be nil"}
+		return nil, invalid("ledger", "must not be nil")
 	}
 	if h == nil {
-		return nil, &ledger.InvalidError{Field: "handler", Reason: "must not be nil"}
+		return nil, invalid("handler", "must not be nil")
 	}
 	cfg := defaultWorkerConfig()
 	for _, o := range opts {
@@ -264,32 +266,9 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 	}
 	flight, stop := w.cfg.flight(ctx)
 	defer stop()
-	sem := make(chan struct{}, w.cfg.concurrency)
-	var wg sync.WaitGroup
-	for i, ld := range leased {
-		acquired := false
-		select {
-		case sem <- struct{}{}:
-			acquired = true
-		case <-ctx.Done():
-		}
-		// Checked after the select too: when both cases are ready it picks
-		// at random, and a cancelled cycle must start nothing new.
-		if ctx.Err() != nil {
-			if acquired {
-				<-sem
-			}
-			w.releaseAll(ctx, leased[i:], c)
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			w.process(flight, ld, c)
-		}()
-	}
-	wg.Wait()
+	fanOut(ctx, leased, w.cfg.concurrency,
+		func(ld ledger.LeasedDelivery) { w.process(flight, ld, c) },
+		func(rest []ledger.LeasedDelivery) { w.releaseAll(ctx, rest, c) })
 }
 
 // releaseAll gives back leases whose handler never started.
@@ -363,7 +342,7 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 		ev.Kind = EventFenceRejected
 		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: fence rejected; the delivery stays acknowledged until its deadline",
 			append(attrs, slog.String("intended", string(kind)))...)
-	case !res.Applied():
+	case !res.Applied() && !processedEarlier(kind, res):
 		ev.Kind = EventLost
 		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: completion did not apply; the lease is no longer ours",
 			append(attrs, slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
@@ -379,14 +358,12 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 	c.record(ev)
 }
 
-// userError explains a cancellation that a handler returned as its error:
-// the handler gave up because the Worker cancelled it, so record why.
-func userError(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil &&
-		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("%w (handler returned: %w)", context.Cause(ctx), err)
-	}
-	return err
+// processedEarlier reports whether res answers a MarkProcessed that an
+// earlier try of the same call already applied (see markProcessed): a
+// success, not a lost lease.
+func processedEarlier(kind EventKind, res ledger.DeliveryResult) bool {
+	return kind == EventProcessed && res.Outcome == ledger.OutcomeRepeated &&
+		res.Delivery.State == ledger.DeliveryStateProcessed
 }
 
 // process handles one leased delivery and records the answer.
@@ -416,36 +393,17 @@ type handled struct {
 }
 
 // handle calls the handler and, for a decision to process, finds the
-// fence, recovering a panic in either as a *PanicError. It stops waiting
-// when ctx is cancelled: a handler that ignores cancellation is abandoned
-// (its goroutine runs on and its answer is dropped), so that one hung
-// handler cannot hold the cycle, or a shutdown, for ever.
+// fence (see callUser: a panic in either is a *PanicError).
 func (w *Worker) handle(ctx context.Context, d ledger.Delivery) handled {
-	done := make(chan handled, 1)
-	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				done <- handled{err: &PanicError{Value: v}}
-			}
-		}()
+	out, err := callUser(ctx, "handler", func() (handled, error) {
 		dec, err := w.handler.Handle(ctx, d.Clone())
-		out := handled{dec: dec, err: err}
+		out := handled{dec: dec}
 		if err == nil && !dec.Release {
-			out.fence, out.err = w.fence(ctx, d.Target, dec)
+			out.fence, err = w.fence(ctx, d.Target, dec)
 		}
-		done <- out
-	}()
-	var out handled
-	select {
-	case out = <-done:
-	case <-ctx.Done():
-		select { // prefer an answer that is already there
-		case out = <-done:
-		default:
-			out = handled{err: context.Cause(ctx)}
-		}
-	}
-	out.err = userError(ctx, out.err)
+		return out, err
+	})
+	out.err = err
 	return out
 }
 
@@ -464,7 +422,7 @@ func (w *Worker) fence(ctx context.Context, target ledger.Target, dec Decision) 
 		return nil, nil
 	}
 	if *f < 0 {
-		return nil, &ledger.InvalidError{Field: "fence", Reason: "must not be negative"}
+		return nil, invalid("fence", "must not be negative")
 	}
 	v := *f
 	return &v, nil
@@ -494,83 +452,66 @@ func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out han
 		if action == "" {
 			action = DefaultAction
 		}
-		res, err = w.ledger.MarkProcessed(ctx, ld.Delivery.ID, w.owner, out.fence, action, w.cfg.clock())
+		res, err = w.markProcessed(ctx, ld, out.fence, action)
 		c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
 	}
 }
 
-// heartbeat keeps one lease alive while its handler runs, when the ledger
-// is a ledger.Renewer.
-type heartbeat struct {
-	mu   sync.Mutex
-	done bool
-	stop func() bool
+// markProcessedTries bounds the tries of MarkProcessed after a successful
+// Acknowledge.
+const markProcessedTries = 3
+
+// markProcessed calls MarkProcessed, trying again after a store error: the
+// delivery is acknowledged by now, so it can no longer be failed or
+// released, and an error left standing would end it as Expired at its
+// acknowledgement deadline although the handler's work was done. A try
+// whose write landed but whose answer was lost makes the next one answer
+// Repeated, which completed counts as processed. Errors of tries that are
+// followed by another are logged, not recorded: the delivery is counted
+// once, by the last try.
+func (w *Worker) markProcessed(ctx context.Context, ld ledger.LeasedDelivery, fence *ledger.Fence, action ledger.ActionRef) (ledger.DeliveryResult, error) {
+	for try := 1; ; try++ {
+		res, err := w.ledger.MarkProcessed(ctx, ld.Delivery.ID, w.owner, fence, action, w.cfg.clock())
+		if err == nil || try == markProcessedTries || ctx.Err() != nil || errors.Is(err, ledger.ErrInvalid) {
+			return res, err
+		}
+		w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: marking processed failed; trying again",
+			slog.String("owner", w.owner.String()), slog.String("delivery_id", string(ld.Delivery.ID)),
+			slog.Int("try", try), slog.Any("error", err))
+	}
 }
 
-// startHeartbeat schedules a renewal every third of the lease: early
-// enough that two renewals can fail (a slow store, a lost connection)
-// before the lease runs out. A renewal that does not apply means another
-// worker may hold the delivery, so the handler is cancelled with
-// ErrLeaseLost.
-func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *heartbeat {
-	hb := &heartbeat{}
+// startHeartbeat renews the lease every third of the lease duration
+// while its handler runs, when the ledger is a ledger.Renewer. A renewal
+// that does not apply means another worker may hold the delivery, so the
+// handler is cancelled with ErrLeaseLost.
+func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *renewLoop {
 	if w.renewer == nil {
-		hb.done = true
-		return hb
+		return noRenewal()
 	}
-	interval := w.cfg.leaseDuration / 3
 	id := string(ld.Delivery.ID)
-	var tick func()
-	tick = func() {
-		hb.mu.Lock()
-		if hb.done {
-			hb.mu.Unlock()
-			return
-		}
-		hb.mu.Unlock()
-
+	return startRenewLoop(ctx, w.cfg.afterFunc, w.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
 		// Renewal keeps the token and sequence, so the lease as granted
 		// stays the one to present.
-		sctx, cancelStore := context.WithTimeout(context.WithoutCancel(ctx), interval)
 		res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
-		cancelStore()
-
-		hb.mu.Lock()
-		defer hb.mu.Unlock()
-		if hb.done {
-			return
-		}
-		ev := Event{Kind: EventRenewed, EntryID: id, Attempt: ld.Delivery.Attempts, Outcome: string(res.Outcome)}
-		switch {
-		case err != nil:
-			// The lease may still be ours: try again at the next tick.
-			ev.Kind, ev.Err = EventStoreError, err
-			w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
-				slog.String("delivery_id", id), slog.Any("error", err))
-		case !res.Applied():
-			ev.Kind = EventRenewLost
-			w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
-				slog.String("delivery_id", id), slog.String("outcome", string(res.Outcome)))
-			hb.done = true
-			cancel(ErrLeaseLost)
+		return func() bool {
+			ev := Event{Kind: EventRenewed, EntryID: id, Attempt: ld.Delivery.Attempts, Outcome: string(res.Outcome)}
+			switch {
+			case err != nil:
+				// The lease may still be ours: try again at the next tick.
+				ev.Kind, ev.Err = EventStoreError, err
+				w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
+					slog.String("delivery_id", id), slog.Any("error", err))
+			case !res.Applied():
+				ev.Kind = EventRenewLost
+				w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
+					slog.String("delivery_id", id), slog.String("outcome", string(res.Outcome)))
+				cancel(ErrLeaseLost)
+				c.record(ev)
+				return false
+			}
 			c.record(ev)
-			return
+			return true
 		}
-		c.record(ev)
-		hb.stop = w.cfg.afterFunc(interval, tick)
-	}
-	hb.mu.Lock()
-	hb.stop = w.cfg.afterFunc(interval, tick)
-	hb.mu.Unlock()
-	return hb
-}
-
-// end stops renewing; a renewal already in flight is ignored when it returns.
-func (hb *heartbeat) end() {
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	hb.done = true
-	if hb.stop != nil {
-		hb.stop()
-	}
+	})
 }

@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/leaseledger/ledger"
@@ -102,98 +100,25 @@ func defaultWorkerConfig() workerConfig {
 // validate reports the first malformed setting as a *ledger.InvalidError.
 // renews says whether the ledger is a ledger.Renewer.
 func (c *workerConfig) validate(renews bool) error {
-	bad := func(field, reason string) error { return &ledger.InvalidError{Field: field, Reason: reason} }
 	switch {
 	case c.worker != "":
-		return bad("worker", "not used by a Worker: its agent names it")
+		return invalid("worker", "not used by a Worker: its agent names it")
 	case c.emitTimeout != 0:
-		return bad("emit timeout", "not used by a Worker: use WithHandleTimeout")
+		return invalid("emit timeout", "not used by a Worker: use WithHandleTimeout")
 	case c.policy != ledger.Policy{}:
-		return bad("policy", "not used by a Worker: a delivery's policy is set at Enqueue")
+		return invalid("policy", "not used by a Worker: a delivery's policy is set at Enqueue")
 	}
 	if c.batchSize == 0 {
 		c.batchSize = c.concurrency
 	}
-	if err := ledger.ValidateDuration("lease duration", c.leaseDuration); err != nil {
+	if err := c.validateLoop(); err != nil {
 		return err
 	}
 	switch {
 	case c.handleTimeout <= 0:
-		return bad("handle timeout", "must be positive")
+		return invalid("handle timeout", "must be positive")
 	case !renews && c.handleTimeout >= c.leaseDuration:
-		return bad("handle timeout", "must be shorter than the lease duration when the ledger cannot renew leases")
-	case c.concurrency < 1:
-		return bad("concurrency", "must be at least 1")
-	case c.pollInterval <= 0:
-		return bad("poll interval", "must be positive")
-	case c.shutdownTimeout < 0:
-		return bad("shutdown timeout", "must not be negative")
-	case c.clock == nil:
-		return bad("clock", "must not be nil")
-	case c.afterFunc == nil:
-		return bad("after func", "must not be nil")
-	case c.logger == nil:
-		return bad("logger", "must not be nil")
-	case c.observer == nil:
-		return bad("observer", "must not be nil")
-	}
-	if err := ledger.ValidateLimit("batch size", c.batchSize); err != nil {
-		return err
+		return invalid("handle timeout", "must be shorter than the lease duration when the ledger cannot renew leases")
 	}
 	return ledger.ValidateText("observation", c.observation)
-}
-
-// waitPoll waits for the poll interval (with jitter unless disabled); it
-// reports false when ctx ended first.
-func (c *config) waitPoll(ctx context.Context) bool {
-	interval := c.pollInterval
-	if c.pollJitter && interval >= 10 {
-		interval += rand.N(interval / 10)
-	}
-	due := make(chan struct{})
-	var once sync.Once
-	stop := c.afterFunc(interval, func() { once.Do(func() { close(due) }) })
-	select {
-	case <-due:
-		return true
-	case <-ctx.Done():
-		stop()
-		return false
-	}
-}
-
-// flight returns the context work in flight runs under: it outlives ctx
-// by the shutdown timeout, so that a cancelled Run lets work finish
-// instead of abandoning it half done, and is then cancelled with
-// ErrShutdown. stop releases its timers.
-func (c *config) flight(ctx context.Context) (context.Context, func()) {
-	flight, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var stopGrace func() bool
-	stopWatch := context.AfterFunc(ctx, func() {
-		if c.shutdownTimeout == 0 {
-			cancel(ErrShutdown)
-			return
-		}
-		stop := c.afterFunc(c.shutdownTimeout, func() { cancel(ErrShutdown) })
-		mu.Lock()
-		stopGrace = stop
-		mu.Unlock()
-	})
-	return flight, func() {
-		stopWatch()
-		mu.Lock()
-		if stopGrace != nil {
-			stopGrace()
-		}
-		mu.Unlock()
-		cancel(nil)
-	}
-}
-
-// storeContext is the context of a ledger call that must happen even
-// after ctx was cancelled (a completion or release), bounded by the lease
-// duration.
-func (c *config) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.leaseDuration)
 }

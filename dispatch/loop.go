@@ -1,0 +1,277 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file holds what the Dispatcher's and the Worker's loops share: the
+// poll wait, the contexts of work in flight and of store calls, bounded
+// fan-out, calling user code, renewal timers, the checks of the shared
+// settings and the sanitising of text bound for the store.
+
+// invalid returns the *ledger.InvalidError for a malformed argument.
+func invalid(field, reason string) error {
+	return &ledger.InvalidError{Field: field, Reason: reason}
+}
+
+// validateLoop reports the first malformed setting among those both loops
+// use, as a *ledger.InvalidError.
+func (c *config) validateLoop() error {
+	if err := ledger.ValidateDuration("lease duration", c.leaseDuration); err != nil {
+		return err
+	}
+	switch {
+	case c.concurrency < 1:
+		return invalid("concurrency", "must be at least 1")
+	case c.pollInterval <= 0:
+		return invalid("poll interval", "must be positive")
+	case c.shutdownTimeout < 0:
+		return invalid("shutdown timeout", "must not be negative")
+	case c.clock == nil:
+		return invalid("clock", "must not be nil")
+	case c.afterFunc == nil:
+		return invalid("after func", "must not be nil")
+	case c.logger == nil:
+		return invalid("logger", "must not be nil")
+	case c.observer == nil:
+		return invalid("observer", "must not be nil")
+	}
+	return ledger.ValidateLimit("batch size", c.batchSize)
+}
+
+// waitPoll waits for the poll interval (with jitter unless disabled); it
+// reports false when ctx ended first.
+func (c *config) waitPoll(ctx context.Context) bool {
+	interval := c.pollInterval
+	if c.pollJitter && interval >= 10 {
+		interval += rand.N(interval / 10)
+	}
+	due := make(chan struct{})
+	var once sync.Once
+	stop := c.afterFunc(interval, func() { once.Do(func() { close(due) }) })
+	select {
+	case <-due:
+		return true
+	case <-ctx.Done():
+		stop()
+		return false
+	}
+}
+
+// flight returns the context work in flight runs under: it outlives ctx
+// by the shutdown timeout, so that a cancelled Run lets work finish
+// instead of abandoning it half done (an emission the provider may already
+// have accepted, a handler halfway through), and is then cancelled with
+// ErrShutdown. stop releases its timers and cancels it.
+func (c *config) flight(ctx context.Context) (flight context.Context, stop func()) {
+	flight, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var stopGrace func() bool
+	stopWatch := context.AfterFunc(ctx, func() {
+		if c.shutdownTimeout == 0 {
+			cancel(ErrShutdown)
+			return
+		}
+		stop := c.afterFunc(c.shutdownTimeout, func() { cancel(ErrShutdown) })
+		mu.Lock()
+		stopGrace = stop
+		mu.Unlock()
+	})
+	return flight, func() {
+		stopWatch()
+		mu.Lock()
+		if stopGrace != nil {
+			stopGrace()
+		}
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// storeContext is the context of a store call that must happen even after
+// the caller's ctx was cancelled (a completion or release): otherwise the
+// claim or lease would be stranded until it expires. It is bounded by the
+// lease duration, after which the claim or lease is worthless anyway.
+func (c *config) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.leaseDuration)
+}
+
+// fanOut calls run for each item, at most limit at once, and waits for
+// every call it started. Once ctx is cancelled it starts nothing new and
+// passes the items it had not started to release.
+func fanOut[T any](ctx context.Context, items []T, limit int, run func(T), release func([]T)) {
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i, item := range items {
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-ctx.Done():
+		}
+		// Checked after the select too: when both cases are ready it picks
+		// at random, and a cancelled cycle must start nothing new.
+		if ctx.Err() != nil {
+			if acquired {
+				<-sem
+			}
+			release(items[i:])
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			run(item)
+		}()
+	}
+	wg.Wait()
+}
+
+// callUser calls f, the user's code (who: "emitter" or "handler"), in its
+// own goroutine, recovering a panic as a *PanicError. It stops waiting
+// when ctx is cancelled: code that ignores cancellation is abandoned (its
+// goroutine runs on and its answer is dropped), so that one hung provider
+// call or handler cannot hold the cycle, or a shutdown, for ever.
+func callUser[T any](ctx context.Context, who string, f func() (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- answer{err: &PanicError{Value: v}}
+			}
+		}()
+		v, err := f()
+		done <- answer{v: v, err: err}
+	}()
+	var out answer
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		select { // prefer an answer that is already there
+		case out = <-done:
+		default:
+			out = answer{err: context.Cause(ctx)}
+		}
+	}
+	return out.v, explainCancel(ctx, who, out.err)
+}
+
+// explainCancel explains a cancellation that user code returned as its
+// error: it gave up because the loop cancelled it, so record why.
+func explainCancel(ctx context.Context, who string, err error) error {
+	if err != nil && ctx.Err() != nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("%w (%s returned: %w)", context.Cause(ctx), who, err)
+	}
+	return err
+}
+
+// renewLoop keeps one claim or lease alive while its work runs.
+type renewLoop struct {
+	mu   sync.Mutex
+	done bool
+	stop func() bool
+}
+
+// startRenewLoop calls renew every interval until end is called or a
+// renewal's settle function reports false. renew makes the store call
+// under a context detached from ctx (the work's own context may be
+// cancelled while its claim or lease still needs keeping) and bounded by
+// the interval; the settle function it returns records the answer under
+// the loop's lock, so that nothing is recorded once end has returned.
+//
+// Callers renew every third of the lease: early enough that two renewals
+// can fail (a slow store, a lost connection) before the lease runs out.
+func startRenewLoop(ctx context.Context, after AfterFunc, interval time.Duration, renew func(context.Context) (settle func() bool)) *renewLoop {
+	l := &renewLoop{}
+	var tick func()
+	tick = func() {
+		l.mu.Lock()
+		if l.done {
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
+		settle := renew(sctx)
+		cancel()
+
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.done {
+			return
+		}
+		if !settle() {
+			l.done = true
+			return
+		}
+		l.stop = after(interval, tick)
+	}
+	l.mu.Lock()
+	l.stop = after(interval, tick)
+	l.mu.Unlock()
+	return l
+}
+
+// noRenewal is the renewLoop of a store that cannot renew.
+func noRenewal() *renewLoop { return &renewLoop{done: true} }
+
+// end stops renewing; a renewal already in flight is ignored when it returns.
+func (l *renewLoop) end() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done = true
+	if l.stop != nil {
+		l.stop()
+	}
+}
+
+// sanitizeText makes s valid free text for the store (valid UTF-8, no
+// NUL), cut to at most limit bytes on a rune boundary: a rejected
+// completion would leave the claim or lease stranded until it expires.
+func sanitizeText(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	return truncate(s, limit)
+}
+
+// sanitizeName makes s a valid optional name: valid UTF-8, control
+// characters replaced, at most ledger.MaxNameBytes.
+func sanitizeName(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+	return truncate(s, ledger.MaxNameBytes)
+}
+
+// truncate cuts s to at most limit bytes on a rune boundary.
+func truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
