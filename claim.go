@@ -152,10 +152,13 @@ const (
 	OutboxStatusDeadLettered   OutboxStatus = "dead_lettered"
 )
 
-// OutboxStatuses lists every status, open ones first.
-var OutboxStatuses = []OutboxStatus{
-	OutboxStatusPending, OutboxStatusRetryScheduled, OutboxStatusDeferred,
-	OutboxStatusDelivered, OutboxStatusFailed, OutboxStatusDeadLettered,
+// OutboxStatuses returns every status, open ones first, in a new slice the
+// caller may keep.
+func OutboxStatuses() []OutboxStatus {
+	return []OutboxStatus{
+		OutboxStatusPending, OutboxStatusRetryScheduled, OutboxStatusDeferred,
+		OutboxStatusDelivered, OutboxStatusFailed, OutboxStatusDeadLettered,
+	}
 }
 
 // Valid reports whether s is a known status.

@@ -18,7 +18,7 @@ var (
 // machine itself, and the lease held on the Leased and Acknowledged ones.
 func fixtures(t *testing.T) (map[DeliveryState]Delivery, Lease) {
 	t.Helper()
-	offered := NewDelivery(EnqueueRequest{ID: "d1", Target: "host-1", Ceremony: "c1", Payload: []byte("x")}, DefaultPolicy, t0)
+	offered := NewDelivery(EnqueueRequest{ID: "d1", Target: "host-1", Ceremony: "c1", Payload: []byte("x")}, DefaultPolicy(), t0)
 	leased, lease := offered.Grant(ownerA, "tok-1", t0, time.Minute)
 	acked, o := leased.Acknowledge(lease, "seen", t0.Add(time.Second))
 	require.Equal(t, OutcomeApplied, o)
@@ -89,7 +89,7 @@ func TestAcknowledgeOutcomeOrder(t *testing.T) {
 	assert.Equal(t, OutcomeLeaseExpired, o)
 	got, o := leased.Acknowledge(lease, "ok", t0.Add(time.Minute-time.Microsecond))
 	assert.Equal(t, OutcomeApplied, o)
-	assert.Equal(t, t0.Add(time.Minute-time.Microsecond).Add(DefaultPolicy.AckWindow), got.Ack.Deadline)
+	assert.Equal(t, t0.Add(time.Minute-time.Microsecond).Add(DefaultPolicy().AckWindow), got.Ack.Deadline)
 }
 
 func TestMarkProcessedOutcomeOrder(t *testing.T) {
@@ -129,7 +129,7 @@ func TestRaiseFence(t *testing.T) {
 }
 
 func TestMarkFailedRetriesWithBackoffThenGivesUp(t *testing.T) {
-	d := NewDelivery(EnqueueRequest{ID: "d1", Target: "h", Policy: Policy{MaxAttempts: 2}}, DefaultPolicy, t0)
+	d := NewDelivery(EnqueueRequest{ID: "d1", Target: "h", Policy: Policy{MaxAttempts: 2}}, DefaultPolicy(), t0)
 	d, lease := d.Grant(ownerA, "t1", t0, time.Minute)
 	d, o := d.MarkFailed(lease, FailureReason{Message: "flaky"}, t0.Add(time.Second))
 	require.Equal(t, OutcomeApplied, o)
@@ -222,13 +222,13 @@ func TestSupersede(t *testing.T) {
 
 func TestEnqueueAgain(t *testing.T) {
 	req := EnqueueRequest{ID: "d1", Target: "h", Payload: nil}
-	d := NewDelivery(req, DefaultPolicy, t0)
-	assert.Equal(t, OutcomeRepeated, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Payload: []byte{}}, DefaultPolicy))
-	assert.Equal(t, OutcomeRepeated, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Policy: DefaultPolicy}, DefaultPolicy),
+	d := NewDelivery(req, DefaultPolicy(), t0)
+	assert.Equal(t, OutcomeRepeated, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Payload: []byte{}}, DefaultPolicy()))
+	assert.Equal(t, OutcomeRepeated, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Policy: DefaultPolicy()}, DefaultPolicy()),
 		"policies compare resolved")
-	assert.Equal(t, OutcomeConflict, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h2"}, DefaultPolicy))
-	assert.Equal(t, OutcomeConflict, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Payload: []byte("x")}, DefaultPolicy))
-	assert.Equal(t, OutcomeConflict, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Policy: Policy{MaxAttempts: 9}}, DefaultPolicy))
+	assert.Equal(t, OutcomeConflict, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h2"}, DefaultPolicy()))
+	assert.Equal(t, OutcomeConflict, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Payload: []byte("x")}, DefaultPolicy()))
+	assert.Equal(t, OutcomeConflict, d.EnqueueAgain(EnqueueRequest{ID: "d1", Target: "h", Policy: Policy{MaxAttempts: 9}}, DefaultPolicy()))
 }
 
 func TestCloneSharesNothing(t *testing.T) {
@@ -243,7 +243,7 @@ func TestCloneSharesNothing(t *testing.T) {
 }
 
 func TestBackoffIsCappedDeterministicAndJittered(t *testing.T) {
-	p := DefaultPolicy
+	p := DefaultPolicy()
 	for attempt := 1; attempt < 40; attempt++ {
 		b := p.Backoff("d1", attempt)
 		assert.Equal(t, b, p.Backoff("d1", attempt), "deterministic")

@@ -116,7 +116,7 @@ func deliveryTable(t *testing.T) string {
 		b.WriteString(" " + c.name + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, s := range DeliveryStates {
+	for _, s := range DeliveryStates() {
 		b.WriteString("| " + string(s) + " |")
 		for _, c := range cols {
 			b.WriteString(" " + c.run(all[s]) + " |")
@@ -136,7 +136,7 @@ func outboxTable(t *testing.T) string {
 		b.WriteString(" " + c + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, s := range OutboxStatuses {
+	for _, s := range OutboxStatuses() {
 		e := newEntry()
 		if s != OutboxStatusPending {
 			in := e

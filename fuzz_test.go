@@ -200,14 +200,14 @@ func FuzzValidateEnqueue(f *testing.F) {
 		}
 		// What a store does next with an accepted request must not panic
 		// and must give a record within the limits.
-		d := NewDelivery(req, DefaultPolicy, now)
+		d := NewDelivery(req, DefaultPolicy(), now)
 		if d.Policy.MaxAttempts < 1 || d.Policy.BackoffMax < d.Policy.BackoffBase || !fuzzPolicyOK(d.Policy) {
 			t.Fatalf("accepted request resolved to an unusable policy %+v", d.Policy)
 		}
 		if !fuzzTimeOK(d.AvailableAt) || d.AvailableAt.Location() != time.UTC {
 			t.Fatalf("accepted request got AvailableAt %v", d.AvailableAt)
 		}
-		if d.EnqueueAgain(req, DefaultPolicy) != OutcomeRepeated {
+		if d.EnqueueAgain(req, DefaultPolicy()) != OutcomeRepeated {
 			t.Fatalf("the same request again is not a repeat of its own record")
 		}
 	})
@@ -246,7 +246,7 @@ func FuzzPolicyBackoff(f *testing.F) {
 		if p.Validate("policy") != nil {
 			return
 		}
-		r := p.Resolve(DefaultPolicy)
+		r := p.Resolve(DefaultPolicy())
 		// A positive duration must not resolve to zero: a base of zero
 		// with a positive cap means no backoff at all, and makes Backoff
 		// loop once per attempt (found by this target; checked first so

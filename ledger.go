@@ -174,10 +174,13 @@ const (
 	DeliveryStateExpired      DeliveryState = "expired"
 )
 
-// DeliveryStates lists every delivery state, open ones first.
-var DeliveryStates = []DeliveryState{
-	DeliveryStateOffered, DeliveryStateLeased, DeliveryStateAcknowledged,
-	DeliveryStateProcessed, DeliveryStateFailed, DeliveryStateExpired,
+// DeliveryStates returns every delivery state, open ones first, in a new
+// slice the caller may keep.
+func DeliveryStates() []DeliveryState {
+	return []DeliveryState{
+		DeliveryStateOffered, DeliveryStateLeased, DeliveryStateAcknowledged,
+		DeliveryStateProcessed, DeliveryStateFailed, DeliveryStateExpired,
+	}
 }
 
 // Valid reports whether s is a known state.

@@ -29,12 +29,17 @@ type Policy struct {
 	AckWindow time.Duration
 }
 
-// DefaultPolicy is the policy stores use when no default is configured.
-var DefaultPolicy = Policy{
-	MaxAttempts: 5,
-	BackoffBase: time.Second,
-	BackoffMax:  5 * time.Minute,
-	AckWindow:   5 * time.Minute,
+// DefaultPolicy returns the policy stores use when no default is
+// configured: 5 attempts, backoff from 1 s capped at 5 min, a 5 min
+// acknowledgement window. It is a function so that no caller can change
+// the default for everyone else.
+func DefaultPolicy() Policy {
+	return Policy{
+		MaxAttempts: 5,
+		BackoffBase: time.Second,
+		BackoffMax:  5 * time.Minute,
+		AckWindow:   5 * time.Minute,
+	}
 }
 
 // MaxAttemptsLimit bounds Policy.MaxAttempts.

@@ -63,13 +63,13 @@ func ValidateText(field, s string) error {
 	return nil
 }
 
-// ValidateTime checks a required time: not zero, within [MinTime, MaxTime].
+// ValidateTime checks a required time: not zero, within [MinTime(), MaxTime()].
 func ValidateTime(field string, t time.Time) error {
 	switch {
 	case t.IsZero():
 		return invalid(field, "must not be zero")
-	case t.Before(MinTime) || t.After(MaxTime):
-		return invalid(field, "must be between %s and %s", MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339))
+	case t.Before(MinTime()) || t.After(MaxTime()):
+		return invalid(field, "must be between %s and %s", MinTime().Format(time.RFC3339), MaxTime().Format(time.RFC3339))
 	}
 	return nil
 }
@@ -315,7 +315,7 @@ func ValidateEmissionResult(r EmissionResult) error {
 
 // ValidateNextRetry checks MarkFailed's nextRetry: nil (no retry) or a
 // non-zero time. Any past time is allowed and means due now; one before
-// MinTime is read as MinTime (see ClampPast).
+// MinTime() is read as MinTime() (see ClampPast).
 func ValidateNextRetry(next *time.Time) error {
 	if next == nil {
 		return nil
@@ -324,24 +324,24 @@ func ValidateNextRetry(next *time.Time) error {
 }
 
 // validatePastOK checks a time at which something becomes due: not zero,
-// not after MaxTime; any past time means "due now".
+// not after MaxTime(); any past time means "due now".
 func validatePastOK(field string, t time.Time) error {
 	if t.IsZero() {
 		return invalid(field, "must not be zero")
 	}
-	if t.After(MaxTime) {
-		return invalid(field, "must not be after %s", MaxTime.Format(time.RFC3339))
+	if t.After(MaxTime()) {
+		return invalid(field, "must not be after %s", MaxTime().Format(time.RFC3339))
 	}
 	return nil
 }
 
-// ClampPast returns t normalised, or MinTime when t is before it. Times at
+// ClampPast returns t normalised, or MinTime() when t is before it. Times at
 // which something becomes due (a nextRetry, a NextAttemptAt, an
 // AvailableAt) may lie anywhere in the past and mean "due now"; clamping
 // keeps them inside the range both stores represent.
 func ClampPast(t time.Time) time.Time {
-	if t.Before(MinTime) {
-		return MinTime
+	if t.Before(MinTime()) {
+		return MinTime()
 	}
 	return Normalize(t)
 }

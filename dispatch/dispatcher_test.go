@@ -347,7 +347,7 @@ func TestFailureSchedulesRetryWithPolicyBackoff(t *testing.T) {
 	assert.Equal(t, 1, st.Retried)
 	e := get(t, store, ids[0])
 	assert.Equal(t, ledger.OutboxStatusRetryScheduled, e.Status)
-	want := ledger.Normalize(t0.Add(policy.Resolve(ledger.DefaultPolicy).Backoff(ledger.DeliveryID(ids[0]), 1)))
+	want := ledger.Normalize(t0.Add(policy.Resolve(ledger.DefaultPolicy()).Backoff(ledger.DeliveryID(ids[0]), 1)))
 	assert.True(t, want.Equal(e.NextAttemptAt), "next attempt %s, want %s", e.NextAttemptAt, want)
 	require.NotNil(t, e.LastError)
 	assert.Equal(t, errTransient.Error(), e.LastError.Message)

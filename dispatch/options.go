@@ -53,7 +53,7 @@ func defaultConfig() config {
 		pollInterval:    DefaultPollInterval,
 		pollJitter:      true,
 		shutdownTimeout: DefaultShutdownTimeout,
-		policy:          ledger.DefaultPolicy,
+		policy:          ledger.DefaultPolicy(),
 		clock:           time.Now,
 		afterFunc: func(d time.Duration, f func()) func() bool {
 			return time.AfterFunc(d, f).Stop
@@ -106,7 +106,7 @@ func WithShutdownTimeout(d time.Duration) DispatcherOption {
 // WithPolicy sets the retry policy: MaxAttempts (claims, deferrals
 // included, before a failure dead-letters the entry), BackoffBase and
 // BackoffMax (see ledger.Policy.Backoff). Zero fields keep
-// ledger.DefaultPolicy's values; AckWindow is not used.
+// ledger.DefaultPolicy()'s values; AckWindow is not used.
 func WithPolicy(p ledger.Policy) DispatcherOption { return func(c *config) { c.policy = p } }
 
 // WithClock sets the clock for claims, renewals and retry times
@@ -142,6 +142,6 @@ func (c *config) validate() error {
 	if err := c.policy.Validate("policy"); err != nil {
 		return err
 	}
-	c.policy = c.policy.Resolve(ledger.DefaultPolicy)
+	c.policy = c.policy.Resolve(ledger.DefaultPolicy())
 	return nil
 }

@@ -187,7 +187,7 @@ func NewWorker(l ledger.Ledger, agent string, targets []ledger.Target, h Handler
 		cfg:     cfg,
 	}
 	// The time is a placeholder: only the other arguments are checked here.
-	if err := ledger.ValidateLease(w.filter, w.owner, ledger.MinTime, cfg.leaseDuration, cfg.batchSize); err != nil {
+	if err := ledger.ValidateLease(w.filter, w.owner, ledger.MinTime(), cfg.leaseDuration, cfg.batchSize); err != nil {
 		return nil, err
 	}
 	return w, nil

@@ -314,7 +314,7 @@ func claimSnapshot(t *testing.T, s ledger.ClaimStore, ids ...ledger.OutboxEntryI
 	ctx := t.Context()
 	pending, err := s.FindPending(ctx, ledger.MaxLimit)
 	require.NoError(t, err)
-	retry, err := s.FindRetryReady(ctx, ledger.MaxTime, ledger.MaxLimit)
+	retry, err := s.FindRetryReady(ctx, ledger.MaxTime(), ledger.MaxLimit)
 	require.NoError(t, err)
 	out := append(pending, retry...)
 	for _, id := range ids {

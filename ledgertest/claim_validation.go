@@ -72,14 +72,14 @@ var (
 	claimBadTimes = []claimBadTime{
 		{"Zero", time.Time{}},
 		{"BeforeMinTime", time.Date(1960, time.January, 1, 0, 0, 0, 0, time.UTC)},
-		{"AfterMaxTime", ledger.MaxTime.Add(time.Microsecond)},
+		{"AfterMaxTime", ledger.MaxTime().Add(time.Microsecond)},
 	}
 	// claimBadDueTimes are values no call accepts as a time something
 	// becomes due (nextRetry, NextAttemptAt). Any past time is accepted
 	// there: it means due now.
 	claimBadDueTimes = []claimBadTime{
 		{"Zero", time.Time{}},
-		{"AfterMaxTime", ledger.MaxTime.Add(time.Microsecond)},
+		{"AfterMaxTime", ledger.MaxTime().Add(time.Microsecond)},
 	}
 )
 

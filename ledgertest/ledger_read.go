@@ -54,7 +54,7 @@ func (f *ledgerFixture) everyState() map[ledger.DeliveryState]ledger.DeliveryID 
 	r.Ceremony = "cer-1"
 	f.enqueue(r, t0)
 	out := map[ledger.DeliveryState]ledger.DeliveryID{}
-	for _, s := range ledger.DeliveryStates {
+	for _, s := range ledger.DeliveryStates() {
 		out[s] = ledger.DeliveryID("st-" + string(s))
 	}
 	return out
@@ -125,10 +125,10 @@ func listFilters(t *testing.T, f *ledgerFixture) {
 		q.Limit = ledger.MaxLimit
 		return deliveryIDs(f.list(q))
 	}
-	require.Len(t, list(ledger.ListQuery{}), len(ledger.DeliveryStates))
+	require.Len(t, list(ledger.ListQuery{}), len(ledger.DeliveryStates()))
 	require.Equal(t, []ledger.DeliveryID{"st-acknowledged", "st-expired", "st-failed"},
 		list(ledger.ListQuery{Targets: []ledger.Target{"host-1"}}))
-	require.Len(t, list(ledger.ListQuery{Targets: []ledger.Target{"host-1", "host-2"}}), len(ledger.DeliveryStates))
+	require.Len(t, list(ledger.ListQuery{Targets: []ledger.Target{"host-1", "host-2"}}), len(ledger.DeliveryStates()))
 	require.Empty(t, list(ledger.ListQuery{Targets: []ledger.Target{"host-9"}}))
 	require.Equal(t, []ledger.DeliveryID{"st-offered"}, list(ledger.ListQuery{Ceremony: "cer-1"}))
 	require.Empty(t, list(ledger.ListQuery{Ceremony: "cer-1", Targets: []ledger.Target{"host-1"}}))

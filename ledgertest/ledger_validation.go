@@ -94,7 +94,7 @@ func badTexts() map[string]string {
 // badNows returns malformed now values by kind.
 func badNows() map[string]time.Time {
 	return map[string]time.Time{
-		"zero": {}, "before MinTime": ledger.MinTime.Add(-time.Microsecond), "after MaxTime": ledger.MaxTime.Add(time.Microsecond),
+		"zero": {}, "before MinTime": ledger.MinTime().Add(-time.Microsecond), "after MaxTime": ledger.MaxTime().Add(time.Microsecond),
 		"year 1": time.Date(1, time.January, 1, 0, 0, 0, 1000, time.UTC),
 	}
 }
@@ -210,8 +210,8 @@ func enqueueInvalidCases() []invalidCase {
 		withReq("policy/ack window over limit", func(r *ledger.EnqueueRequest) {
 			r.Policy.AckWindow = ledger.MaxPolicyDuration + time.Microsecond
 		}),
-		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime.Add(time.Hour) }),
-		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime.Add(time.Hour) }),
+		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime().Add(time.Hour) }),
+		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime().Add(time.Hour) }),
 		// An existing ID does not skip validation.
 		withReq("existing id with oversize payload", func(r *ledger.EnqueueRequest) {
 			r.ID = "v-offered"

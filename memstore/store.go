@@ -27,7 +27,7 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{
-		policy:     ledger.DefaultPolicy.Resolve(ledger.DefaultPolicy),
+		policy:     ledger.DefaultPolicy().Resolve(ledger.DefaultPolicy()),
 		maxPayload: ledger.DefaultMaxPayload,
 		clock:      time.Now,
 	}
@@ -40,7 +40,7 @@ func newConfig(opts []Option) config {
 }
 
 // WithDefaultPolicy sets the policy whose fields fill an EnqueueRequest's
-// zero Policy fields. Zero fields of p fall back to ledger.DefaultPolicy. A
+// zero Policy fields. Zero fields of p fall back to ledger.DefaultPolicy(). A
 // policy that fails p.Validate is ignored, so the store keeps its previous
 // default; options never panic.
 func WithDefaultPolicy(p ledger.Policy) Option {
@@ -48,7 +48,7 @@ func WithDefaultPolicy(p ledger.Policy) Option {
 		if p.Validate("default policy") != nil {
 			return
 		}
-		c.policy = p.Resolve(ledger.DefaultPolicy)
+		c.policy = p.Resolve(ledger.DefaultPolicy())
 	}
 }
 

@@ -20,7 +20,7 @@ func TestOptions(t *testing.T) {
 		s := New(WithDefaultPolicy(ledger.Policy{MaxAttempts: 9}))
 		r, err := s.Enqueue(ctx, ledger.EnqueueRequest{ID: "d", Target: "t"}, t0)
 		require.NoError(t, err)
-		want := ledger.DefaultPolicy
+		want := ledger.DefaultPolicy()
 		want.MaxAttempts = 9
 		assert.Equal(t, want, r.Delivery.Policy)
 	})

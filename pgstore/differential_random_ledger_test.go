@@ -29,7 +29,7 @@ func (r *diffRun) enqueueRequest() ledger.EnqueueRequest {
 			req.Payload = []byte{}
 		}
 	case 5:
-		req.Policy = req.Policy.Resolve(ledger.DefaultPolicy)
+		req.Policy = req.Policy.Resolve(ledger.DefaultPolicy())
 	case 6:
 		req.AvailableAt = r.w.now.Add(time.Duration(r.rng.IntN(60)-30)*time.Second + r.nanos())
 	}
@@ -299,7 +299,7 @@ func (r *diffRun) opList() diffOp {
 		q.Ceremony = pickOne(r, diffCeremonies)
 	}
 	if r.chance(30) {
-		for _, st := range ledger.DeliveryStates {
+		for _, st := range ledger.DeliveryStates() {
 			if r.chance(40) {
 				q.States = append(q.States, st)
 			}

@@ -405,7 +405,7 @@ func (r *diffRun) findPending(s *diffSide) (any, error) {
 }
 
 func (r *diffRun) findRetryReady(s *diffSide) (any, error) {
-	return s.o.FindRetryReady(r.ctx, ledger.MaxTime, ledger.MaxLimit)
+	return s.o.FindRetryReady(r.ctx, ledger.MaxTime(), ledger.MaxLimit)
 }
 
 // note remembers what memstore's answer handed out or accepted, to aim

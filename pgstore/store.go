@@ -64,7 +64,7 @@ func WithSchema(name string) Option {
 }
 
 // WithDefaultPolicy sets the policy whose fields fill a request's zero
-// policy fields at Enqueue. Its own zero fields take ledger.DefaultPolicy.
+// policy fields at Enqueue. Its own zero fields take ledger.DefaultPolicy().
 // A malformed policy makes New fail with ErrInvalid.
 func WithDefaultPolicy(p ledger.Policy) Option {
 	return func(c *config) {
@@ -72,7 +72,7 @@ func WithDefaultPolicy(p ledger.Policy) Option {
 			c.fail(err)
 			return
 		}
-		c.defaults = p.Resolve(ledger.DefaultPolicy)
+		c.defaults = p.Resolve(ledger.DefaultPolicy())
 	}
 }
 
@@ -155,7 +155,7 @@ type Store struct {
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	cfg := config{
 		schema:     DefaultSchema,
-		defaults:   ledger.DefaultPolicy,
+		defaults:   ledger.DefaultPolicy(),
 		maxPayload: ledger.DefaultMaxPayload,
 		clock:      time.Now,
 		maxRetries: DefaultMaxRetries,
