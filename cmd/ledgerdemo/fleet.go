@@ -160,10 +160,13 @@ func (f *fleet) step(ctx context.Context, tick int, now time.Time) error {
 // agentLog is what one agent did in a tick, merged into the fleet after
 // the agents finish so that no shared state is written concurrently.
 type agentLog struct {
-	granted   []ledger.Lease
-	ended     map[ledger.DeliveryID]time.Time
-	stats     stats
+	granted []ledger.Lease
+	ended   map[ledger.DeliveryID]time.Time
+	stats   stats
+	// reclaimed lists the leases of older incarnations this agent's lease
+	// call took back at at; they end before this tick's grants begin.
 	reclaimed []ledger.DeliveryID
+	at        time.Time
 }
 
 func (lg *agentLog) end(id ledger.DeliveryID, at time.Time) {
@@ -183,9 +186,8 @@ func (a *agent) work(ctx context.Context, l ledger.Ledger, now time.Time, lg *ag
 		return nil, err
 	}
 	lg.stats.reclaimed += len(res.Reclaimed)
-	for _, id := range res.Reclaimed {
-		lg.end(id, now)
-	}
+	lg.reclaimed = res.Reclaimed
+	lg.at = now
 	var acks []ack
 	for _, ld := range res.Leased {
 		lg.granted = append(lg.granted, ld.Lease)
@@ -233,6 +235,9 @@ func (lg *agentLog) count(o ledger.Outcome) {
 }
 
 func (f *fleet) merge(lg agentLog) {
+	for _, id := range lg.reclaimed {
+		f.endGrant(id, lg.at)
+	}
 	for _, l := range lg.granted {
 		f.grants[l.DeliveryID] = append(f.grants[l.DeliveryID], grant{owner: l.Owner, granted: l.GrantedAt, expires: l.ExpiresAt})
 	}

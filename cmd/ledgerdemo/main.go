@@ -1,5 +1,7 @@
 // Command ledgerdemo simulates a fleet of host agents and outbox workers on
-// one ledger and prints what happened to every item.
+// one ledger and prints what happened to every item. It runs in memory by
+// default; -dsn runs it on a PostgreSQL database (in a fresh schema,
+// dropped afterwards) and -pg on a throwaway cluster it starts itself.
 //
 // Time in the demo is simulated: each tick moves now forward by a fixed
 // step, so a run covering many minutes of fleet time finishes in seconds,
@@ -13,10 +15,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgcluster"
 	"github.com/leaseledger/ledger/memstore"
+	"github.com/leaseledger/ledger/pgstore"
 )
 
 func main() {
@@ -25,15 +33,54 @@ func main() {
 	flag.IntVar(&cfg.Entries, "entries", cfg.Entries, "outbox entries to enqueue")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random seed (same seed, same run)")
 	flag.IntVar(&cfg.MaxTicks, "ticks", cfg.MaxTicks, "simulated ticks before giving up")
+	dsn := flag.String("dsn", "", "run on PostgreSQL at this URL (a fresh schema, dropped afterwards) instead of in memory")
+	throwaway := flag.Bool("pg", false, "run on a throwaway PostgreSQL cluster started from the local server binaries")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	store := memstore.New()
-	if err := run(ctx, cfg, store, store.Outbox(), os.Stdout); err != nil {
+	if err := start(ctx, cfg, *dsn, *throwaway, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerdemo:", err)
 		os.Exit(1)
 	}
+}
+
+// start picks the store the flags ask for, runs the demo on it and cleans
+// up after it.
+func start(ctx context.Context, cfg config, dsn string, throwaway bool, out io.Writer) error {
+	if dsn == "" && !throwaway {
+		store := memstore.New()
+		fmt.Fprintln(out, "store: in memory")
+		return run(ctx, cfg, store, store.Outbox(), out)
+	}
+	if throwaway {
+		cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = cluster.Stop() }()
+		dsn = cluster.DSN()
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	// A schema of its own, so the demo never meets an earlier run's IDs or
+	// a host's real tables.
+	schema := "ledgerdemo_" + strings.ToLower(string(ledger.NewToken())[:10])
+	store, err := pgstore.New(pool, pgstore.WithSchema(schema))
+	if err != nil {
+		return err
+	}
+	if err := store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer func() {
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}()
+	fmt.Fprintf(out, "store: PostgreSQL, schema %s\n", schema)
+	return run(ctx, cfg, store, store.Outbox(), out)
 }
 
 // config sizes one demo run.

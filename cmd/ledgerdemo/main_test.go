@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leaseledger/ledger/internal/pgtest"
 	"github.com/leaseledger/ledger/memstore"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestDemoEndsEveryItemAndHoldsItsInvariants(t *testing.T) {
 	cfg := defaultConfig()
@@ -38,3 +42,22 @@ func TestDoubleHeldCountsOverlappingGrants(t *testing.T) {
 }
 
 func t0(sec int) time.Time { return time.Date(2030, 1, 1, 0, 0, sec, 0, time.UTC) }
+
+// The same seed gives the same fleet on PostgreSQL as in memory, and the
+// demo's schema is gone afterwards.
+func TestDemoOnPostgreSQLMatchesMemory(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Deliveries, cfg.Entries = 300, 60
+	var mem, pg bytes.Buffer
+	require.NoError(t, start(context.Background(), cfg, "", false, &mem))
+	require.NoError(t, start(context.Background(), cfg, pgtest.DSN(t), false, &pg))
+	_, memReport, _ := strings.Cut(mem.String(), "\n")
+	_, pgReport, _ := strings.Cut(pg.String(), "\n")
+	assert.Equal(t, memReport, pgReport, "the report after the store line")
+
+	var left int
+	pool := pgtest.Pool(t)
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'ledgerdemo\\_%'").Scan(&left))
+	assert.Zero(t, left, "the demo drops its schema")
+}
