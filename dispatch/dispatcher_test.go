@@ -90,12 +90,18 @@ func TestRunOnceRejectsNilAndCancelledContext(t *testing.T) {
 func TestDispatchersEmitEveryEntryExactlyOnceWithoutFaults(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	store := newOutbox(clk)
-	ids := enqueue(t, store, "k", 300)
+	checkExactlyOnce(t, clk, newOutbox(clk), 300, 4)
+}
+
+// checkExactlyOnce enqueues entries into store and runs workers
+// dispatchers over it concurrently until they go quiet; without faults
+// every entry must be emitted, and delivered, exactly once.
+func checkExactlyOnce(t *testing.T, clk *testClock, store ledger.ClaimStore, entries, workers int) {
+	t.Helper()
+	ids := enqueue(t, store, "k", entries)
 	em := newEmissions()
 	obs := newCounter()
 
-	const workers = 4
 	ds := make([]*dispatch.Dispatcher, workers)
 	for i := range ds {
 		opts := append(baseOptions(clk, &fakeTimers{}, obs),
@@ -189,14 +195,16 @@ func faultyEmitter(em *emissions, clk *testClock) dispatch.Emitter {
 	})
 }
 
-func TestFaultyEmittersEndEveryEntryWithItsCause(t *testing.T) {
-	t.Parallel()
-	clk := newClock()
-	store := newOutbox(clk)
-	kinds := []string{"ok", "flaky", "down", "permanent", "panic", "defer", "garbage", "garbage-ok"}
+// faultKinds are the payloads faultyEmitter understands.
+var faultKinds = []string{"ok", "flaky", "down", "permanent", "panic", "defer", "garbage", "garbage-ok"}
+
+// enqueueKinds adds n entries of each kind (the kind is the payload) and
+// returns their IDs by kind and all of them.
+func enqueueKinds(t *testing.T, store ledger.ClaimStore, kinds []string, n int) (map[string][]ledger.OutboxEntryID, []ledger.OutboxEntryID) {
+	t.Helper()
 	byKind := map[string][]ledger.OutboxEntryID{}
 	var all []ledger.OutboxEntryID
-	for i := range 5 {
+	for i := range n {
 		for _, k := range kinds {
 			r, err := store.Enqueue(context.Background(), ledger.Envelope{
 				Provider: "p", Kind: "k", Payload: []byte(k), IdempotencyKey: fmt.Sprintf("%s-%d", k, i),
@@ -206,6 +214,14 @@ func TestFaultyEmittersEndEveryEntryWithItsCause(t *testing.T) {
 			all = append(all, r.Entry.ID)
 		}
 	}
+	return byKind, all
+}
+
+func TestFaultyEmittersEndEveryEntryWithItsCause(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	store := newOutbox(clk)
+	byKind, all := enqueueKinds(t, store, faultKinds, 5)
 	em := newEmissions()
 	obs := newCounter()
 	var ds []*dispatch.Dispatcher
@@ -217,7 +233,13 @@ func TestFaultyEmittersEndEveryEntryWithItsCause(t *testing.T) {
 	}
 
 	drain(t, clk, store, all, 10*time.Minute, ds...)
+	checkFaultOutcomes(t, store, em, obs, byKind)
+}
 
+// checkFaultOutcomes asserts how each faultKinds entry of byKind ended,
+// and that every claim the dispatchers made ended in one recorded outcome.
+func checkFaultOutcomes(t *testing.T, store ledger.ClaimStore, em *emissions, obs *counter, byKind map[string][]ledger.OutboxEntryID) {
+	t.Helper()
 	check := func(kind string, f func(t *testing.T, e ledger.OutboxEntry)) {
 		t.Run(kind, func(t *testing.T) {
 			for _, id := range byKind[kind] {

@@ -100,7 +100,14 @@ func TestEmitTimeoutTimerIsStoppedAfterEmission(t *testing.T) {
 func TestShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	store := newOutbox(clk)
+	checkShutdownReleases(t, clk, newOutbox(clk))
+}
+
+// checkShutdownReleases cancels a Run while its first emission is in
+// flight: that emission must finish and the claims not yet started must be
+// released, claimable by anyone at once.
+func checkShutdownReleases(t *testing.T, clk *testClock, store ledger.ClaimStore) {
+	t.Helper()
 	ids := enqueue(t, store, "k", 4)
 	timers := &fakeTimers{}
 	em := newBlockingEmitter(true)

@@ -176,7 +176,14 @@ func TestNewWorkerRejectsBadArguments(t *testing.T) {
 func TestWorkerEveryDeliveryProcessedOnceAcrossAgents(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	l := newLedger(clk)
+	checkProcessedOnceAcrossAgents(t, clk, newLedger(clk), "agent-1", "agent-2", "agent-3", "agent-4")
+}
+
+// checkProcessedOnceAcrossAgents offers 60 deliveries on l and runs one
+// worker per agent over them concurrently: without faults each delivery
+// must be handled and processed exactly once.
+func checkProcessedOnceAcrossAgents(t *testing.T, clk *testClock, l ledger.Ledger, agents ...string) {
+	t.Helper()
 	var ids []ledger.DeliveryID
 	for _, target := range []ledger.Target{"host-a", "host-b", "host-c"} {
 		ids = append(ids, offer(t, l, clk, target, 20)...)
@@ -185,7 +192,7 @@ func TestWorkerEveryDeliveryProcessedOnceAcrossAgents(t *testing.T) {
 	obs := newCounter()
 	timers := &fakeTimers{}
 	var workers []*dispatch.Worker
-	for _, agent := range []string{"agent-1", "agent-2", "agent-3", "agent-4"} {
+	for _, agent := range agents {
 		h := dispatch.HandlerFunc(func(_ context.Context, d ledger.Delivery) (dispatch.Decision, error) {
 			calls.add(d.ID)
 			return dispatch.Processed(ledger.ActionRef("by-" + agent)), nil
@@ -396,7 +403,14 @@ func TestWorkerDecisionFenceOverridesTheSource(t *testing.T) {
 func TestNewIncarnationReclaimsTheOldLeases(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	l := newLedger(clk)
+	checkNewIncarnationReclaims(t, clk, newLedger(clk))
+}
+
+// checkNewIncarnationReclaims leases deliveries of l to an old incarnation
+// of an agent for an hour: a new worker of that agent must take them back
+// on its first lease, without waiting for them to expire.
+func checkNewIncarnationReclaims(t *testing.T, clk *testClock, l ledger.Ledger) {
+	t.Helper()
 	ids := offer(t, l, clk, "host", 2)
 	old := ledger.Owner{Agent: "agent", Incarnation: "before-restart"}
 	res, err := l.Lease(context.Background(), ledger.LeaseFilter{}, old, clk.Now(), time.Hour, 2)
