@@ -68,6 +68,7 @@ var ledgerGroups = []struct {
 	{"List", testList},
 	{"Validation", testValidation},
 	{"Concurrency", testConcurrency},
+	{"Races", testLedgerRaces},
 }
 
 // claimGroups lists the operation groups of TestClaimStore, one file each.
@@ -85,4 +86,5 @@ var claimGroups = []struct {
 	{"RenewClaim", testRenewClaim},
 	{"Validation", testOutboxValidation},
 	{"Concurrency", testClaimConcurrency},
+	{"Races", testClaimRaces},
 }

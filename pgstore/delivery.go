@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"hash/fnv"
 	"slices"
 	"sort"
 	"time"
@@ -130,6 +131,15 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	var res ledger.LeaseResult
 	err := s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
 		res = ledger.LeaseResult{}
+		// Lease calls of one agent take turns, so that of two overlapping
+		// calls by different incarnations the later one sees, and takes
+		// back, what the earlier one granted: the incarnation rule then
+		// holds as if the calls ran one after the other. The lock is
+		// transaction-scoped (nothing outlives the call, PgBouncer-safe)
+		// and taken before any row lock, so it cannot join a deadlock.
+		if _, err := tx.Exec(ctx, s.q.advisoryXL, agentLockKey(s.cfg.schema, owner.Agent)); err != nil {
+			return false, err
+		}
 		for after := ""; ; {
 			changed, last, more, err := s.sweepBatch(ctx, tx, s.q.reclaimable, after, []any{owner.Agent, owner.Incarnation},
 				func(d ledger.Delivery) (ledger.Delivery, bool) {
@@ -238,4 +248,13 @@ func expiredLeaseFailure() ledger.Failure {
 		return ledger.Failure{}
 	}
 	return *g.LastFailure
+}
+
+// agentLockKey is the pg_advisory_xact_lock key that serialises the Lease
+// calls of one agent in one schema. Two agents whose keys collide only
+// wait for each other; nothing else depends on the key.
+func agentLockKey(schema, agent string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("leaseledger/pgstore lease " + schema + "\x00" + agent))
+	return int64(h.Sum64())
 }
