@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.uber.org/goleak"
 	"os"
 	"strconv"
 	"sync"
@@ -89,6 +90,15 @@ func Main(m *testing.M) {
 		}
 	}
 	harness.mu.Unlock()
+	// Every package that talks to PostgreSQL also starts goroutines (pools,
+	// listeners, dispatch loops); one left running after the tests is a
+	// leak in the code or a test that forgot its cleanup.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: goroutines left running after the tests: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
