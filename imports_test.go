@@ -1,0 +1,70 @@
+package ledger
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestImportRule proves the dependency rule: the root package needs only
+// the standard library and uuid; only pgstore (and the programs and test
+// harness that hand it a pool) import pgx; no library package imports
+// anything outside the module, the standard library, uuid and, for the
+// conformance suite, testify.
+func TestImportRule(t *testing.T) {
+	const module = "github.com/leaseledger/ledger"
+	allowed := map[string]func(string) bool{
+		".":          func(p string) bool { return p == "github.com/google/uuid" },
+		"memstore":   func(p string) bool { return strings.HasPrefix(p, module) },
+		"dispatch":   func(p string) bool { return strings.HasPrefix(p, module) },
+		"ledgertest": func(p string) bool { return strings.HasPrefix(p, module) || strings.HasPrefix(p, "github.com/stretchr/testify/") },
+		"pgstore": func(p string) bool {
+			return strings.HasPrefix(p, module) || strings.HasPrefix(p, "github.com/jackc/pgx/v5")
+		},
+	}
+	imports := map[string][]string{} // package dir -> non-test imports
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			imports[filepath.Dir(path)] = append(imports[filepath.Dir(path)], p)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Contains(t, imports, ".", "the walk must see the root package")
+
+	for dir, ps := range imports {
+		for _, p := range ps {
+			if !strings.Contains(strings.Split(p, "/")[0], ".") {
+				continue // the standard library
+			}
+			if strings.HasPrefix(p, "github.com/jackc/") {
+				assert.True(t, dir == "pgstore" || strings.HasPrefix(dir, "internal") || strings.HasPrefix(dir, "cmd"),
+					"%s imports %s: only pgstore (and the programs and test harness that build its pool) may import pgx", dir, p)
+			}
+			if ok, ruled := allowed[dir]; ruled {
+				assert.True(t, ok(p), "%s must not import %s", dir, p)
+			}
+		}
+	}
+}
