@@ -21,10 +21,12 @@ import (
 func TestImportRule(t *testing.T) {
 	const module = "github.com/leaseledger/ledger"
 	allowed := map[string]func(string) bool{
-		".":          func(p string) bool { return p == "github.com/google/uuid" },
-		"memstore":   func(p string) bool { return strings.HasPrefix(p, module) },
-		"dispatch":   func(p string) bool { return strings.HasPrefix(p, module) },
-		"ledgertest": func(p string) bool { return strings.HasPrefix(p, module) || strings.HasPrefix(p, "github.com/stretchr/testify/") },
+		".":        func(p string) bool { return p == "github.com/google/uuid" },
+		"memstore": func(p string) bool { return strings.HasPrefix(p, module) },
+		"dispatch": func(p string) bool { return strings.HasPrefix(p, module) },
+		"ledgertest": func(p string) bool {
+			return strings.HasPrefix(p, module) || strings.HasPrefix(p, "github.com/stretchr/testify/")
+		},
 		"pgstore": func(p string) bool {
 			return strings.HasPrefix(p, module) || strings.HasPrefix(p, "github.com/jackc/pgx/v5")
 		},
