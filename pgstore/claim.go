@@ -115,7 +115,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			}
 			results[i] = ledger.OutboxResult{Outcome: rec.EnqueueAgain(env), Entry: rec.Clone()}
 		}
-		return len(taken) < len(ids), nil
+		return s.notifyInserted(ctx, tx, ChannelOutbox, len(taken) < len(ids))
 	})
 	if err != nil {
 		return nil, err

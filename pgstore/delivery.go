@@ -108,7 +108,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 			}
 			results[i] = ledger.DeliveryResult{Outcome: rec.EnqueueAgain(req, s.cfg.defaults), Delivery: rec.Clone()}
 		}
-		return len(taken) < len(ids), nil
+		return s.notifyInserted(ctx, tx, ChannelDeliveries, len(taken) < len(ids))
 	})
 	if err != nil {
 		return nil, err

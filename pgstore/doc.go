@@ -81,6 +81,24 @@
 // batch fails, the result lists the IDs the earlier, committed batches
 // changed, beside the error.
 //
+// # Wake-ups
+//
+// Workers poll; WithNotify and Listen let them poll at once when work
+// arrives instead of up to a poll interval later. With WithNotify(true)
+// the enqueue methods of both contracts run pg_notify in the transaction
+// that inserts (only when they inserted something), so the notification
+// is delivered when the work becomes visible, on commit. Listen holds one
+// connection of its own that LISTENs, reconnects when it drops, and turns
+// notifications into signals for dispatch.WithWake:
+//
+//	store, err := pgstore.New(pool, pgstore.WithNotify(true))
+//	wake, err := store.Listen(ctx, pgstore.ChannelOutbox)
+//	d, err := dispatch.NewDispatcher(store.Outbox(), emitter, dispatch.WithWake(wake))
+//
+// Notifications are hints: a lost one delays work by at most the poll
+// interval. Both are off by default, and must stay off behind PgBouncer in
+// transaction pooling mode, where LISTEN does not work.
+//
 // # Guarantees and limits
 //
 // A record is durable (committed) when Enqueue returns without error, or
@@ -89,7 +107,8 @@
 // outlive a call, and nothing depends on session state, so the store works
 // through PgBouncer in transaction pooling mode (with prepared statements
 // supported by PgBouncer 1.21 or newer, or a pool configured with
-// pgx.QueryExecModeExec). Delivery is at least once: a holder that stalls
+// pgx.QueryExecModeExec); Listen, the one exception, needs a session of
+// its own. Delivery is at least once: a holder that stalls
 // past its lease can still be working when another takes the delivery over;
 // tokens, lease sequence numbers and processing fences are the hard
 // guards, and claims do not make provider delivery exactly-once. The

@@ -43,6 +43,7 @@ type config struct {
 	maxPayload int
 	clock      func() time.Time
 	maxRetries int
+	notify     bool  // NOTIFY on enqueue (WithNotify)
 	err        error // the first invalid option
 }
 
