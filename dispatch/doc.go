@@ -23,7 +23,11 @@
 //   - a panic in the emitter: recovered, recorded as an ordinary failure.
 //
 // Run repeats RunOnce until its context is cancelled, waiting the poll
-// interval (with jitter) between cycles that did not fill a batch.
+// interval (with jitter) between cycles that did not fill a batch. With
+// WithWake the wait also ends when a wake-up arrives (pgstore's
+// Store.Listen signals one when work is enqueued), so new work is picked
+// up in milliseconds rather than up to an interval later; the interval
+// stays the fallback, since a wake-up can be lost.
 //
 // # At-least-once delivery
 //

@@ -49,8 +49,9 @@ func (c *config) validateLoop() error {
 	return ledger.ValidateLimit("batch size", c.batchSize)
 }
 
-// waitPoll waits for the poll interval (with jitter unless disabled); it
-// reports false when ctx ended first.
+// waitPoll waits for the poll interval (with jitter unless disabled), or
+// less when the wake channel (WithWake) fires first; it reports false when
+// ctx ended first.
 func (c *config) waitPoll(ctx context.Context) bool {
 	interval := c.pollInterval
 	if c.pollJitter && interval >= 10 {
@@ -59,12 +60,25 @@ func (c *config) waitPoll(ctx context.Context) bool {
 	due := make(chan struct{})
 	var once sync.Once
 	stop := c.afterFunc(interval, func() { once.Do(func() { close(due) }) })
-	select {
-	case <-due:
-		return true
-	case <-ctx.Done():
-		stop()
-		return false
+	wake := c.wake // nil without WithWake: never ready
+	for {
+		select {
+		case <-due:
+			return true
+		case _, ok := <-wake:
+			if !ok {
+				// The source of wake-ups ended (a listener whose context
+				// was cancelled): a closed channel is always ready, so
+				// stop reading it and fall back on the interval alone.
+				wake = nil
+				continue
+			}
+			stop()
+			return true
+		case <-ctx.Done():
+			stop()
+			return false
+		}
 	}
 }
 

@@ -35,6 +35,7 @@ type config struct {
 	concurrency     int
 	pollInterval    time.Duration
 	pollJitter      bool
+	wake            <-chan struct{}
 	shutdownTimeout time.Duration
 	policy          ledger.Policy
 	clock           func() time.Time
@@ -95,6 +96,18 @@ func WithPollInterval(d time.Duration) DispatcherOption {
 
 // WithoutPollJitter makes Run wait exactly the poll interval.
 func WithoutPollJitter() DispatcherOption { return func(c *config) { c.pollJitter = false } }
+
+// WithWake makes Run poll as soon as a value arrives on wake instead of
+// waiting out the rest of the poll interval, for example the channel of
+// pgstore's Store.Listen, which signals when work is enqueued. Wake-ups
+// are hints: Run still polls every interval whatever wake does, so a lost
+// or late signal delays work by at most the interval, and a closed wake
+// channel leaves Run polling on the interval alone. A signal that arrives
+// while a cycle runs is kept by a buffered channel and makes the next wait
+// end at once, so give wake a buffer of one and send without blocking.
+func WithWake(wake <-chan struct{}) DispatcherOption {
+	return func(c *config) { c.wake = wake }
+}
 
 // WithShutdownTimeout sets how long in-flight emissions may run on after
 // Run's (or RunOnce's) context is cancelled before their contexts are

@@ -25,7 +25,7 @@ type FenceSource func(ctx context.Context, target ledger.Target) (*ledger.Fence,
 // WorkerOption configures a Worker. Every DispatcherOption is a
 // WorkerOption too, with the same meaning (WithClock, WithAfterFunc,
 // WithLogger, WithObserver, WithLeaseDuration, WithBatchSize,
-// WithConcurrency, WithPollInterval, WithoutPollJitter,
+// WithConcurrency, WithPollInterval, WithoutPollJitter, WithWake,
 // WithShutdownTimeout), except three that have no meaning for a Worker and
 // make NewWorker fail: WithWorker (the agent is NewWorker's argument),
 // WithEmitTimeout (use WithHandleTimeout) and WithPolicy (a delivery's
