@@ -113,9 +113,8 @@ target_fences target_fences_pkey PRIMARY KEY (target)
 
 -- indexes
 CREATE INDEX deliveries_ack_deadline_idx ON {schema}.deliveries USING btree (ack_deadline) WHERE (state = 'acknowledged'::text)
-CREATE INDEX deliveries_ceremony_open_idx ON {schema}.deliveries USING btree (ceremony, id) WHERE (state = ANY (ARRAY['offered'::text, 'leased'::text, 'acknowledged'::text]))
-CREATE INDEX deliveries_lease_agent_idx ON {schema}.deliveries USING btree (lease_agent) WHERE (state = 'leased'::text)
-CREATE INDEX deliveries_lease_expiry_idx ON {schema}.deliveries USING btree (lease_expires_at) WHERE (state = 'leased'::text)
+CREATE INDEX deliveries_ceremony_open_idx ON {schema}.deliveries USING btree (ceremony, id) WHERE ((ceremony IS NOT NULL) AND (state = ANY (ARRAY['offered'::text, 'leased'::text, 'acknowledged'::text])))
+CREATE INDEX deliveries_leased_idx ON {schema}.deliveries USING btree (lease_agent, lease_expires_at) WHERE (state = 'leased'::text)
 CREATE INDEX deliveries_offerable_idx ON {schema}.deliveries USING btree (available_at, id) WHERE (state = ANY (ARRAY['offered'::text, 'leased'::text]))
 CREATE INDEX deliveries_offerable_target_idx ON {schema}.deliveries USING btree (target, available_at, id) WHERE (state = ANY (ARRAY['offered'::text, 'leased'::text]))
 CREATE UNIQUE INDEX deliveries_pkey ON {schema}.deliveries USING btree (id)
