@@ -39,7 +39,10 @@
 // a row another call holds rather than miss it) and commit each batch on
 // its own, so a large backlog never holds thousands of locks at once; when
 // a batch fails, the batches before it stay applied and the next sweep
-// picks up the rest.
+// picks up the rest. The Lease calls of one agent take turns on a
+// transaction-scoped advisory lock, so that of two overlapping calls by
+// different incarnations the later one takes back what the earlier one
+// granted, as the incarnation rule asks.
 //
 // Every time is the caller's now, normalised to UTC microseconds; the
 // store never reads the database clock or the wall clock for a decision.
