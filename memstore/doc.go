@@ -51,8 +51,9 @@
 //
 // # Memory
 //
-// Records are never deleted (retention is a separate concern), so a Store
-// grows with everything ever enqueued. A million open deliveries with
+// No transition deletes a record, so a Store grows with everything ever
+// enqueued until PurgeDeliveries and PurgeEntries delete what ended before
+// a cut-off. A million open deliveries with
 // 256-byte payloads take about 710 MiB of heap: per delivery, the record
 // (328 bytes, allocated in blocks), its payload, and about 130 bytes of
 // map, table and index entries (BenchmarkHeapOpen1M measures it).

@@ -82,9 +82,10 @@ type Store struct {
 	outbox *Outbox
 
 	mu sync.Mutex
-	// records maps the ID of every delivery ever enqueued to its slot, the
-	// record's number in recs. Records are never deleted, so a slot never
-	// changes hands.
+	// records maps the ID of every delivery held to its slot, the
+	// record's number in recs. Only PurgeDeliveries deletes records; it
+	// keeps recs dense by moving the last record into the emptied slot and
+	// re-keying it.
 	records map[ledger.DeliveryID]uint32
 	// recs holds every record by slot. Transitions replace the record in
 	// place, after updating the indexes below. The time indexes key

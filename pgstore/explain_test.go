@@ -23,7 +23,7 @@ import (
 // planner, left to itself (no enable_seqscan=off), must reach deliveries
 // and outbox_entries through an index (the partial indexes on the open
 // states; the primary key for List and for the grants' join back to the
-// picked rows) in the lease, claim, find, sweep and list statements, never
+// picked rows) in the lease, claim, find, sweep, list and purge statements, never
 // by a sequential scan. Each statement is checked twice: with its parameters
 // bound, as the first executions of a prepared statement are planned, and
 // as a generic plan, which PostgreSQL may switch a cached prepared
@@ -93,6 +93,8 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		{"ClaimRetryReady", q.claimRetryReady, claimArgs, "outbox_entries"},
 		{"FindPending", q.findPending, []any{100}, "outbox_entries"},
 		{"FindRetryReady", q.findRetryReady, []any{now.Add(time.Hour), 100}, "outbox_entries"},
+		{"PurgeDeliveries", purgeSQL(schema, "deliveries"), []any{now, 100}, "deliveries"},
+		{"PurgeEntries", purgeSQL(schema, "outbox_entries"), []any{now, 100}, "outbox_entries"},
 	}
 	// The control: an unindexed predicate over the same data must show up
 	// as a sequential scan, or the checks below could pass because the

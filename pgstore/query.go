@@ -8,7 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// This file is all of the store's SQL. Every statement is built once, in
+// This file is the store's SQL (retention's two statements sit beside
+// their method in purge.go). Every statement is built once, in
 // newQueries, from the fragments below with the store's schema quoted as
 // an identifier; methods only pick a statement and pass parameters. The
 // column lists come from the row structs in row.go.
