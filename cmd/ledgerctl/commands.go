@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// listFlag is a repeatable flag whose values may also be comma lists.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+// invalidInput turns a validation error into an exit-1 message; other
+// errors pass through unchanged.
+func invalidInput(err error) error {
+	if errors.Is(err, ledger.ErrInvalid) {
+		return fail("invalid input: %v", err)
+	}
+	return err
+}
+
+func setupMigrate(_ *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	return func(ctx context.Context, e env, pos []string) error {
+		if err := noArgs(pos); err != nil {
+			return err
+		}
+		store, closePool, err := open(ctx, *c, true)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		if err := store.Migrate(ctx); err != nil {
+			return err
+		}
+		if c.json {
+			return writeJSON(e.stdout, map[string]any{"schema": c.schema, "migrated": true})
+		}
+		fmt.Fprintf(e.stdout, "schema %s is migrated\n", c.schema)
+		return nil
+	}
+}
+
+// listJSON is the -json document of list.
+type listJSON struct {
+	Deliveries []ledger.Delivery `json:"deliveries"`
+	Next       string            `json:"next"`
+}
+
+func setupList(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	var states, targets listFlag
+	fs.Var(&states, "state", "only deliveries in this state (repeatable, or a comma list): "+stateNames())
+	fs.Var(&targets, "target", "only deliveries for this target (repeatable, or a comma list)")
+	ceremony := fs.String("ceremony", "", "only deliveries of this ceremony")
+	limit := fs.Int("limit", 50, fmt.Sprintf("page size, 1 to %d", ledger.MaxLimit))
+	cursor := fs.String("cursor", "", "the next cursor printed by the previous page")
+	return func(ctx context.Context, e env, pos []string) error {
+		if err := noArgs(pos); err != nil {
+			return err
+		}
+		q := ledger.ListQuery{Ceremony: ledger.CeremonyID(*ceremony), Limit: *limit, Cursor: *cursor}
+		for _, s := range states {
+			st := ledger.DeliveryState(s)
+			if !st.Valid() {
+				return fail("invalid -state %q: want one of %s", s, stateNames())
+			}
+			q.States = append(q.States, st)
+		}
+		for _, t := range targets {
+			q.Targets = append(q.Targets, ledger.Target(t))
+		}
+		// Checked before connecting, so a typo costs no round trip.
+		if _, err := ledger.ValidateList(q); err != nil {
+			return invalidInput(err)
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		page, err := store.List(ctx, q)
+		if err != nil {
+			return invalidInput(err)
+		}
+		if c.json {
+			out := listJSON{Deliveries: make([]ledger.Delivery, 0, len(page.Deliveries)), Next: page.Next}
+			for _, d := range page.Deliveries {
+				out.Deliveries = append(out.Deliveries, redact(d))
+			}
+			return writeJSON(e.stdout, out)
+		}
+		printList(e.stdout, page)
+		return nil
+	}
+}
+
+// stateNames lists the delivery states for help and messages.
+func stateNames() string {
+	var names []string
+	for _, s := range ledger.DeliveryStates() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+// showJSON is the -json document of show: exactly one of Delivery and
+// Entry is set, and Kind says which.
+type showJSON struct {
+	Kind     string              `json:"kind"` // "delivery" or "outbox_entry"
+	Delivery *ledger.Delivery    `json:"delivery,omitempty"`
+	Entry    *ledger.OutboxEntry `json:"outbox_entry,omitempty"`
+}
+
+func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	return func(ctx context.Context, e env, pos []string) error {
+		id, err := exactlyOne(pos, "ID")
+		if err != nil {
+			return err
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		d, err := store.Get(ctx, ledger.DeliveryID(id))
+		switch {
+		case err == nil:
+			if c.json {
+				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: new(redact(d))})
+			}
+			printDelivery(e.stdout, d)
+			return nil
+		case !errors.Is(err, ledger.ErrNotFound):
+			return invalidInput(err)
+		}
+		// Deliveries and outbox entries have separate ID spaces; an
+		// operator holding an ID from a log need not know which it is.
+		entry, err := store.Outbox().FindByID(ctx, ledger.OutboxEntryID(id))
+		switch {
+		case errors.Is(err, ledger.ErrNotFound):
+			return notFound("no delivery or outbox entry has ID %q", id)
+		case err != nil:
+			return invalidInput(err)
+		}
+		if c.json {
+			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: new(redactEntry(entry))})
+		}
+		printEntry(e.stdout, entry)
+		return nil
+	}
+}
+
+// causeFlags registers -cause and -detail and returns the cause they make.
+func causeFlags(fs *flag.FlagSet) func() (ledger.Cause, error) {
+	kind := fs.String("cause", "", "why the delivery ends (required), e.g. "+string(ledger.CauseBindingRevoked))
+	detail := fs.String("detail", "", "free text recorded with the cause")
+	return func() (ledger.Cause, error) {
+		if *kind == "" {
+			return ledger.Cause{}, usage("missing -cause KIND")
+		}
+		cause := ledger.Cause{Kind: ledger.CauseKind(*kind), Detail: *detail}
+		if err := ledger.ValidateCause(cause); err != nil {
+			return ledger.Cause{}, invalidInput(err)
+		}
+		return cause, nil
+	}
+}
+
+// abandonJSON is the -json document of abandon.
+type abandonJSON struct {
+	Outcome  ledger.Outcome  `json:"outcome"`
+	Delivery ledger.Delivery `json:"delivery"`
+}
+
+func setupAbandon(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	cause := causeFlags(fs)
+	return func(ctx context.Context, e env, pos []string) error {
+		id, err := exactlyOne(pos, "delivery ID")
+		if err != nil {
+			return err
+		}
+		cs, err := cause()
+		if err != nil {
+			return err
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		res, err := store.Abandon(ctx, ledger.DeliveryID(id), cs, time.Now())
+		if err != nil {
+			return invalidInput(err)
+		}
+		if res.Outcome == ledger.OutcomeNotFound {
+			return notFound("no delivery has ID %q", id)
+		}
+		if c.json {
+			return writeJSON(e.stdout, abandonJSON{Outcome: res.Outcome, Delivery: redact(res.Delivery)})
+		}
+		switch res.Outcome {
+		case ledger.OutcomeApplied:
+			fmt.Fprintf(e.stdout, "abandoned %s: now %s (cause %s)\n", id, res.Delivery.State, cs.Kind)
+		case ledger.OutcomeEnded:
+			// Not an error: the operator wanted it ended, and it is.
+			fmt.Fprintf(e.stdout, "%s already ended: %s at %s; nothing changed\n", id, res.Delivery.State, fmtTime(res.Delivery.EndedAt))
+		default:
+			fmt.Fprintf(e.stdout, "%s: %s\n", id, res.Outcome)
+		}
+		return nil
+	}
+}
+
+// sweepJSON is the -json document of expire-ceremony.
+type sweepJSON struct {
+	Ceremony ledger.CeremonyID   `json:"ceremony"`
+	Changed  []ledger.DeliveryID `json:"changed"`
+}
+
+func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	cause := causeFlags(fs)
+	return func(ctx context.Context, e env, pos []string) error {
+		id, err := exactlyOne(pos, "ceremony ID")
+		if err != nil {
+			return err
+		}
+		cs, err := cause()
+		if err != nil {
+			return err
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		res, err := store.ExpireCeremony(ctx, ledger.CeremonyID(id), cs, time.Now())
+		// A batched sweep may fail after earlier batches committed: say
+		// what did change before the error.
+		changed := res.Changed
+		if changed == nil {
+			changed = []ledger.DeliveryID{}
+		}
+		if err != nil {
+			if len(changed) > 0 {
+				fmt.Fprintf(e.stderr, "ledgerctl: expired %d deliveries before the error\n", len(changed))
+			}
+			return invalidInput(err)
+		}
+		if c.json {
+			return writeJSON(e.stdout, sweepJSON{Ceremony: ledger.CeremonyID(id), Changed: changed})
+		}
+		fmt.Fprintf(e.stdout, "expired %d open deliveries of ceremony %s (cause %s)\n", len(changed), id, cs.Kind)
+		for _, d := range changed {
+			fmt.Fprintf(e.stdout, "  %s\n", d)
+		}
+		return nil
+	}
+}
+
+// purgeJSON is the -json document of purge.
+type purgeJSON struct {
+	OlderThan     time.Time `json:"older_than"`
+	Deliveries    int       `json:"deliveries"`
+	OutboxEntries int       `json:"outbox_entries"`
+}
+
+func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	olderThan := fs.String("older-than", "", "delete what ended before now minus this duration (e.g. 720h) or before this RFC 3339 time (required)")
+	return func(ctx context.Context, e env, pos []string) error {
+		if err := noArgs(pos); err != nil {
+			return err
+		}
+		if *olderThan == "" {
+			return usage("missing -older-than DURATION|RFC3339")
+		}
+		cutoff, err := parseCutoff(*olderThan, time.Now())
+		if err != nil {
+			return err
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		out := purgeJSON{OlderThan: cutoff}
+		// Batches of MaxLimit keep each statement bounded; a short batch
+		// means nothing purgeable is left (or the rest is locked, which
+		// the next purge takes).
+		for {
+			n, err := store.PurgeDeliveries(ctx, cutoff, ledger.MaxLimit)
+			out.Deliveries += n
+			if err != nil {
+				fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries before the error\n", out.Deliveries)
+				return invalidInput(err)
+			}
+			if n < ledger.MaxLimit {
+				break
+			}
+		}
+		outbox := store.Outbox()
+		for {
+			n, err := outbox.PurgeEntries(ctx, cutoff, ledger.MaxLimit)
+			out.OutboxEntries += n
+			if err != nil {
+				fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries and %d outbox entries before the error\n", out.Deliveries, out.OutboxEntries)
+				return invalidInput(err)
+			}
+			if n < ledger.MaxLimit {
+				break
+			}
+		}
+		if c.json {
+			return writeJSON(e.stdout, out)
+		}
+		fmt.Fprintf(e.stdout, "purged %d deliveries and %d outbox entries that ended before %s\n",
+			out.Deliveries, out.OutboxEntries, fmtTime(cutoff))
+		return nil
+	}
+}
+
+// parseCutoff reads -older-than: a positive Go duration counted back from
+// now, or an RFC 3339 time.
+func parseCutoff(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return time.Time{}, fail("invalid -older-than %q: the duration must be positive", v)
+		}
+		return now.Add(-d).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fail("invalid -older-than %q: want a duration such as 720h or an RFC 3339 time", v)
+	}
+	return t.UTC(), nil
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// payloadPreview bounds how much of a payload show prints.
+const payloadPreview = 64
+
+// newTable returns a tabwriter for aligned columns; callers Flush it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// fmtTime prints a time for humans, or "-" for the zero time.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// orDash prints "-" for an empty value, so columns stay aligned.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fmtPayload prints a payload's size and a quoted preview: payloads are
+// opaque bytes, possibly binary, and %q never breaks the terminal.
+func fmtPayload(p []byte) string {
+	if len(p) == 0 {
+		return "(empty)"
+	}
+	preview := p
+	suffix := ""
+	if len(preview) > payloadPreview {
+		preview, suffix = preview[:payloadPreview], "..."
+	}
+	return fmt.Sprintf("%d bytes: %q%s", len(p), preview, suffix)
+}
+
+// printList prints one page of deliveries as a table and the next cursor.
+func printList(w io.Writer, page ledger.Page) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tSTATE\tTARGET\tCEREMONY\tATTEMPTS\tAVAILABLE AT\tUPDATED AT")
+	for _, d := range page.Deliveries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", d.ID, d.State, d.Target, orDash(string(d.Ceremony)),
+			d.Attempts, d.Policy.MaxAttempts, fmtTime(d.AvailableAt), fmtTime(d.UpdatedAt))
+	}
+	_ = tw.Flush() // a failed write to stdout has nowhere better to go
+	fmt.Fprintf(w, "\n%d deliveries on this page\n", len(page.Deliveries))
+	if page.Next == "" {
+		fmt.Fprintln(w, "last page")
+	} else {
+		fmt.Fprintf(w, "next cursor: %s\n", page.Next)
+	}
+}
+
+// printDelivery prints every field of a delivery, one per line. Lease
+// tokens are left out: they are the holder's secret, and an operator never
+// needs one to act (abandon needs only the ID).
+func printDelivery(w io.Writer, d ledger.Delivery) {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("delivery", string(d.ID))
+	row("state", string(d.State))
+	row("target", string(d.Target))
+	row("ceremony", orDash(string(d.Ceremony)))
+	row("payload", fmtPayload(d.Payload))
+	row("policy", fmt.Sprintf("max attempts %d, backoff %s..%s, ack window %s",
+		d.Policy.MaxAttempts, d.Policy.BackoffBase, d.Policy.BackoffMax, d.Policy.AckWindow))
+	row("attempts", fmt.Sprintf("%d of %d", d.Attempts, d.Policy.MaxAttempts))
+	row("available at", fmtTime(d.AvailableAt))
+	row("lease seq", strconv.FormatInt(d.LeaseSeq, 10))
+	if l := d.Lease; l != nil {
+		row("lease", fmt.Sprintf("held by %s, seq %d, granted %s, expires %s",
+			l.Owner, l.Seq, fmtTime(l.GrantedAt), fmtTime(l.ExpiresAt)))
+	} else {
+		row("lease", "-")
+	}
+	if g := d.EndedLease; g != nil {
+		row("ended lease", fmt.Sprintf("seq %d ended by %s at %s", g.Seq, g.Op, fmtTime(g.At)))
+	}
+	if a := d.Ack; a != nil {
+		row("acknowledged", fmt.Sprintf("by %s at %s, deadline %s", a.Owner, fmtTime(a.At), fmtTime(a.Deadline)))
+		row("observation", orDash(a.Observation))
+	}
+	if p := d.Processing; p != nil {
+		fence := "none"
+		if p.Fence != nil {
+			fence = strconv.FormatInt(int64(*p.Fence), 10)
+		}
+		row("processed", fmt.Sprintf("action %q, fence %s, at %s", p.Action, fence, fmtTime(p.At)))
+	}
+	row("activations", strconv.Itoa(d.Activations))
+	if a := d.LastActivation; a != nil {
+		row("last activation", fmt.Sprintf("%s at %s: %s", a.Result, fmtTime(d.LastActivationAt), orDash(a.Detail)))
+	}
+	if f := d.LastFailure; f != nil {
+		perm := ""
+		if f.Permanent {
+			perm = " (permanent)"
+		}
+		row("last failure", fmt.Sprintf("%s%s by %s at %s: %s", f.Kind, perm, f.Owner, fmtTime(f.At), orDash(f.Message)))
+	}
+	if c := d.Cause; c != nil {
+		row("cause", fmt.Sprintf("%s: %s", c.Kind, orDash(c.Detail)))
+	}
+	row("created at", fmtTime(d.CreatedAt))
+	row("updated at", fmtTime(d.UpdatedAt))
+	row("ended at", fmtTime(d.EndedAt))
+	row("version", strconv.FormatInt(d.Version, 10))
+	_ = tw.Flush()
+}
+
+// printEntry prints every field of an outbox entry, one per line, claim
+// tokens left out as lease tokens are.
+func printEntry(w io.Writer, e ledger.OutboxEntry) {
+	tw := newTable(w)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("outbox entry", string(e.ID))
+	row("status", string(e.Status))
+	row("provider", e.Envelope.Provider)
+	row("kind", e.Envelope.Kind)
+	row("idempotency key", e.Envelope.IdempotencyKey)
+	row("payload", fmtPayload(e.Envelope.Payload))
+	row("attempts", strconv.Itoa(e.Attempts))
+	row("next attempt at", fmtTime(e.NextAttemptAt))
+	if le := e.LastError; le != nil {
+		row("last error", fmt.Sprintf("%s: %s", orDash(le.Code), orDash(le.Message)))
+	}
+	if r := e.Result; r != nil {
+		row("result", fmt.Sprintf("provider ref %s: %s", orDash(r.ProviderRef), orDash(r.Detail)))
+	}
+	if e.DeadLetterReason != "" {
+		row("dead letter reason", e.DeadLetterReason)
+	}
+	row("claim seq", strconv.FormatInt(e.ClaimSeq, 10))
+	if c := e.Claim; c != nil {
+		row("claim", fmt.Sprintf("held by %s, seq %d, claimed %s, expires %s",
+			c.Worker, c.Seq, fmtTime(c.ClaimedAt), fmtTime(c.ExpiresAt)))
+	} else {
+		row("claim", "-")
+	}
+	if g := e.EndedClaim; g != nil {
+		row("ended claim", fmt.Sprintf("seq %d ended by %s at %s", g.Seq, g.Op, fmtTime(g.At)))
+	}
+	row("created at", fmtTime(e.CreatedAt))
+	row("updated at", fmtTime(e.UpdatedAt))
+	row("ended at", fmtTime(e.EndedAt))
+	row("version", strconv.FormatInt(e.Version, 10))
+	_ = tw.Flush()
+}
+
+// redact returns d without its lease tokens, for -json output: tokens are
+// the holder's secret and scripts never need them. The pointers are
+// copied, so the caller's record is untouched.
+func redact(d ledger.Delivery) ledger.Delivery {
+	if d.Lease != nil {
+		l := *d.Lease
+		l.Token = ""
+		d.Lease = &l
+	}
+	if d.EndedLease != nil {
+		g := *d.EndedLease
+		g.Token = ""
+		d.EndedLease = &g
+	}
+	return d
+}
+
+// redactEntry is redact for outbox entries and their claim tokens.
+func redactEntry(e ledger.OutboxEntry) ledger.OutboxEntry {
+	if e.Claim != nil {
+		c := *e.Claim
+		c.Token = ""
+		e.Claim = &c
+	}
+	if e.EndedClaim != nil {
+		g := *e.EndedClaim
+		g.Token = ""
+		e.EndedClaim = &g
+	}
+	return e
+}
