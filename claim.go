@@ -130,12 +130,12 @@ type OutboxEntryID string
 
 // Envelope is what is emitted to a provider.
 type Envelope struct {
-	Provider string
-	Kind     string
+	Provider string `json:"provider"`
+	Kind     string `json:"kind"`
 	// Payload is opaque bytes; nil and empty are the same content.
-	Payload []byte
+	Payload []byte `json:"payload,omitzero"`
 	// IdempotencyKey names the emission; it also fixes the entry ID.
-	IdempotencyKey string
+	IdempotencyKey string `json:"idempotency_key"`
 }
 
 // OutboxStatus is the status of an outbox entry.
@@ -184,16 +184,16 @@ func (s OutboxStatus) Scheduled() bool {
 // EmissionError describes a failed emission.
 type EmissionError struct {
 	// Code is the provider's or host's short error code; may be empty.
-	Code string
+	Code string `json:"code"`
 	// Message is free text (valid UTF-8, no NUL, at most 4 KiB).
-	Message string
+	Message string `json:"message"`
 }
 
 // EmissionResult describes a successful emission.
 type EmissionResult struct {
 	// ProviderRef is the provider's reference for the emission; may be empty.
-	ProviderRef string
-	Detail      string
+	ProviderRef string `json:"provider_ref"`
+	Detail      string `json:"detail"`
 }
 
 // ClaimRequest asks for a batch of claims.
@@ -213,30 +213,30 @@ type ClaimRequest struct {
 //
 // All times are UTC with microsecond precision.
 type OutboxEntry struct {
-	ID       OutboxEntryID
-	Envelope Envelope
-	Status   OutboxStatus
+	ID       OutboxEntryID `json:"id"`
+	Envelope Envelope      `json:"envelope"`
+	Status   OutboxStatus  `json:"status"`
 	// Attempts counts emission attempts: claims granted, less those given
 	// back by ReleaseClaim, plus base completions made without a claim.
-	Attempts int
+	Attempts int `json:"attempts"`
 	// NextAttemptAt is when a RetryScheduled or Deferred entry is due;
 	// zero otherwise.
-	NextAttemptAt    time.Time
-	LastError        *EmissionError
-	Result           *EmissionResult
-	DeadLetterReason string
+	NextAttemptAt    time.Time       `json:"next_attempt_at,omitzero"`
+	LastError        *EmissionError  `json:"last_error,omitzero"`
+	Result           *EmissionResult `json:"result,omitzero"`
+	DeadLetterReason string          `json:"dead_letter_reason"`
 	// ClaimSeq is the sequence number of the latest claim (0: never claimed).
-	ClaimSeq int64
+	ClaimSeq int64 `json:"claim_seq"`
 	// Claim is the claim in force; nil when unclaimed. A claim stays on an
 	// open entry after it expires, until the entry is claimed again or
 	// completed.
-	Claim *Claim
+	Claim *Claim `json:"claim,omitzero"`
 	// EndedClaim is how the latest claim ended while the entry stayed open.
-	EndedClaim *EndedGrant
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	EndedClaim *EndedGrant `json:"ended_claim,omitzero"`
+	CreatedAt  time.Time   `json:"created_at,omitzero"`
+	UpdatedAt  time.Time   `json:"updated_at,omitzero"`
 	// EndedAt is set exactly when Status is terminal.
-	EndedAt time.Time
+	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Version grows by one with every write; Save checks it.
-	Version int64
+	Version int64 `json:"version"`
 }

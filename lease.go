@@ -11,9 +11,9 @@ import (
 // of the agent's other incarnations (see Ledger.Lease).
 type Owner struct {
 	// Agent is the stable name of the host agent.
-	Agent string
+	Agent string `json:"agent"`
 	// Incarnation names one run of the agent (for example a boot ID).
-	Incarnation string
+	Incarnation string `json:"incarnation"`
 }
 
 // String returns "agent/incarnation", for logs.
@@ -41,12 +41,12 @@ func NewToken() Token { return Token(rand.Text()) }
 // on an expired lease until someone else takes the delivery. The token, the
 // sequence number and the processing fence are the hard guards, not time.
 type Lease struct {
-	DeliveryID DeliveryID
-	Owner      Owner
-	Token      Token
-	Seq        int64
-	GrantedAt  time.Time
-	ExpiresAt  time.Time
+	DeliveryID DeliveryID `json:"delivery_id"`
+	Owner      Owner      `json:"owner"`
+	Token      Token      `json:"token"`
+	Seq        int64      `json:"seq"`
+	GrantedAt  time.Time  `json:"granted_at,omitzero"`
+	ExpiresAt  time.Time  `json:"expires_at,omitzero"`
 }
 
 // ExpiredAt reports whether the lease has run out at now.
@@ -67,12 +67,12 @@ func (l Lease) sameGrant(other Lease) bool {
 // that stalls past ExpiresAt can still be emitting when another worker
 // claims the entry again.
 type Claim struct {
-	EntryID   OutboxEntryID
-	Worker    string
-	Token     Token
-	Seq       int64
-	ClaimedAt time.Time
-	ExpiresAt time.Time
+	EntryID   OutboxEntryID `json:"entry_id"`
+	Worker    string        `json:"worker"`
+	Token     Token         `json:"token"`
+	Seq       int64         `json:"seq"`
+	ClaimedAt time.Time     `json:"claimed_at,omitzero"`
+	ExpiresAt time.Time     `json:"expires_at,omitzero"`
 }
 
 // ExpiredAt reports whether the claim has run out at now.
@@ -128,11 +128,11 @@ func (op Operation) Valid() bool {
 // the record stays open, so that a call repeated under that grant answers
 // OutcomeRepeated instead of OutcomeLeaseLost. The next grant clears it.
 type EndedGrant struct {
-	Token Token
-	Seq   int64
+	Token Token `json:"token"`
+	Seq   int64 `json:"seq"`
 	// Op is the operation that ended the grant.
-	Op Operation
-	At time.Time
+	Op Operation `json:"op"`
+	At time.Time `json:"at,omitzero"`
 }
 
 // matches reports whether the grant (token, seq) is the one that ended, by op.

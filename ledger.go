@@ -227,8 +227,8 @@ const (
 
 // Cause says why a delivery ended as Expired.
 type Cause struct {
-	Kind   CauseKind
-	Detail string
+	Kind   CauseKind `json:"kind"`
+	Detail string    `json:"detail"`
 }
 
 // FailureKind says where a recorded failure came from.
@@ -248,19 +248,19 @@ const (
 // FailureReason is what MarkFailed is told about a failed attempt.
 type FailureReason struct {
 	// Message is free text (valid UTF-8, no NUL, at most 4 KiB).
-	Message string
+	Message string `json:"message"`
 	// Permanent ends the delivery as Failed at once, whatever attempts remain.
-	Permanent bool
+	Permanent bool `json:"permanent"`
 }
 
 // Failure is the last failure recorded on a delivery.
 type Failure struct {
-	Kind      FailureKind
-	Message   string
-	Permanent bool
+	Kind      FailureKind `json:"kind"`
+	Message   string      `json:"message"`
+	Permanent bool        `json:"permanent"`
 	// Owner held the lease that failed.
-	Owner Owner
-	At    time.Time
+	Owner Owner     `json:"owner"`
+	At    time.Time `json:"at,omitzero"`
 }
 
 // ActivationResult says what a push or wake-up achieved.
@@ -280,24 +280,24 @@ func (r ActivationResult) Valid() bool {
 
 // Activation is what an activation adapter did with a delivery.
 type Activation struct {
-	Result ActivationResult
-	Detail string
+	Result ActivationResult `json:"result"`
+	Detail string           `json:"detail"`
 }
 
 // Acknowledgement is what the holder said when it acknowledged a delivery.
 type Acknowledgement struct {
-	Owner       Owner
-	Observation string
-	At          time.Time
+	Owner       Owner     `json:"owner"`
+	Observation string    `json:"observation"`
+	At          time.Time `json:"at,omitzero"`
 	// Deadline is when Expire ends the delivery unless it is processed.
-	Deadline time.Time
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Processing is how a delivery was closed by MarkProcessed.
 type Processing struct {
-	Action ActionRef
-	Fence  *Fence
-	At     time.Time
+	Action ActionRef `json:"action"`
+	Fence  *Fence    `json:"fence,omitzero"`
+	At     time.Time `json:"at,omitzero"`
 }
 
 // EnqueueRequest offers one delivery.
@@ -344,41 +344,41 @@ type Page struct {
 //
 // All times are UTC with microsecond precision.
 type Delivery struct {
-	ID       DeliveryID
-	Target   Target
-	Ceremony CeremonyID
-	Payload  []byte
-	Policy   Policy
-	State    DeliveryState
+	ID       DeliveryID    `json:"id"`
+	Target   Target        `json:"target"`
+	Ceremony CeremonyID    `json:"ceremony"`
+	Payload  []byte        `json:"payload,omitzero"`
+	Policy   Policy        `json:"policy"`
+	State    DeliveryState `json:"state"`
 	// Attempts counts lease grants, less those given back by Release or a
 	// Follow supersession.
-	Attempts int
+	Attempts int `json:"attempts"`
 	// AvailableAt is when the delivery can next be leased: for an Offered
 	// delivery its offer time, for a Leased one its lease's expiry.
-	AvailableAt time.Time
+	AvailableAt time.Time `json:"available_at,omitzero"`
 	// LeaseSeq is the sequence number of the latest grant (0: never leased).
-	LeaseSeq int64
+	LeaseSeq int64 `json:"lease_seq"`
 	// Lease is the grant in force; nil unless Leased or Acknowledged.
-	Lease *Lease
+	Lease *Lease `json:"lease,omitzero"`
 	// EndedLease is how the latest grant ended while the delivery stayed
 	// open; nil once leased again or ended.
-	EndedLease *EndedGrant
+	EndedLease *EndedGrant `json:"ended_lease,omitzero"`
 	// Ack is set once acknowledged.
-	Ack *Acknowledgement
+	Ack *Acknowledgement `json:"ack,omitzero"`
 	// Processing is set once processed.
-	Processing *Processing
+	Processing *Processing `json:"processing,omitzero"`
 	// Activations counts RecordActivation calls; LastActivation and
 	// LastActivationAt describe the latest.
-	Activations      int
-	LastActivation   *Activation
-	LastActivationAt time.Time
-	LastFailure      *Failure
+	Activations      int         `json:"activations"`
+	LastActivation   *Activation `json:"last_activation,omitzero"`
+	LastActivationAt time.Time   `json:"last_activation_at,omitzero"`
+	LastFailure      *Failure    `json:"last_failure,omitzero"`
 	// Cause is why the delivery ended as Expired.
-	Cause     *Cause
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Cause     *Cause    `json:"cause,omitzero"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// EndedAt is set exactly when State is terminal.
-	EndedAt time.Time
+	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Version grows by one with every applied transition.
-	Version int64
+	Version int64 `json:"version"`
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -120,4 +121,22 @@ func TestRenewClaim(t *testing.T) {
 	done, _ := e.MarkClaimDelivered(claim, EmissionResult{}, t0)
 	_, o = done.RenewClaim(claim, t0, time.Minute)
 	assert.Equal(t, OutcomeEnded, o)
+}
+
+func TestRecordsRoundTripThroughJSON(t *testing.T) {
+	all, _ := fixtures(t)
+	for state, d := range all {
+		raw, err := json.Marshal(d)
+		require.NoError(t, err)
+		var back Delivery
+		require.NoError(t, json.Unmarshal(raw, &back))
+		assert.Equal(t, d, back, "%s delivery", state)
+	}
+	e, _ := newEntry().Grant("w1", "tok", t0, time.Minute)
+	raw, err := json.Marshal(e)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"idempotency_key":"k1"`, "stable snake_case keys")
+	var back OutboxEntry
+	require.NoError(t, json.Unmarshal(raw, &back))
+	assert.Equal(t, e, back)
 }

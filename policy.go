@@ -16,17 +16,17 @@ type Policy struct {
 	// MaxAttempts is how many leases a delivery may be granted before it
 	// fails for good. Every grant counts; Release and a Follow supersession
 	// give the attempt back.
-	MaxAttempts int
+	MaxAttempts int `json:"max_attempts"`
 	// BackoffBase scales the delay after a failed attempt: after the n-th
 	// attempt the delay is BackoffBase·2^(n-1), capped at BackoffMax, of
 	// which a jittered half is taken off (see Backoff), so the first retry
 	// waits between half of BackoffBase and all of it.
-	BackoffBase time.Duration
+	BackoffBase time.Duration `json:"backoff_base_ns"`
 	// BackoffMax caps the backoff.
-	BackoffMax time.Duration
+	BackoffMax time.Duration `json:"backoff_max_ns"`
 	// AckWindow is how long an acknowledged delivery may wait for
 	// MarkProcessed before Expire ends it with CauseAcknowledgementLapsed.
-	AckWindow time.Duration
+	AckWindow time.Duration `json:"ack_window_ns"`
 }
 
 // DefaultPolicy returns the policy stores use when no default is
