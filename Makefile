@@ -29,5 +29,5 @@ lint: ## Fail if any file needs gofmt, then go vet
 demo: ## Run the fleet demo (cmd/ledgerdemo) on the in-memory store
 	$(GO) run ./cmd/ledgerdemo
 
-chaos: ## Run the fault-injection (Chaos*) tests with the race detector
-	$(GO) test -race -count=1 -run Chaos ./...
+chaos: ## Stress the races, concurrency and model tests: five rounds each, with -race
+	$(GO) test -race -count=5 -run 'Conformance/.*/(Races|Concurrency)|Model|Race' ./...
