@@ -198,12 +198,7 @@ func BenchmarkDeliveryCycle(b *testing.B) {
 			b.Fatal(err, len(r.Leased))
 		}
 		for _, l := range r.Leased {
-			if a, err := s.Acknowledge(ctx, l.Lease, "seen", now); err != nil || !a.Applied() {
-				b.Fatal(err, a.Outcome)
-			}
-			if p, err := s.MarkProcessed(ctx, l.Lease.DeliveryID, benchOwner, nil, "done", now); err != nil || !p.Applied() {
-				b.Fatal(err, p.Outcome)
-			}
+			finishCycle(ctx, b, s, l.Lease, now)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/item")
@@ -233,12 +228,7 @@ func BenchmarkDeliveryCycleSingle(b *testing.B) {
 		if err != nil || len(r.Leased) != 1 {
 			b.Fatal(err, len(r.Leased))
 		}
-		if a, err := s.Acknowledge(ctx, r.Leased[0].Lease, "seen", now); err != nil || !a.Applied() {
-			b.Fatal(err, a.Outcome)
-		}
-		if p, err := s.MarkProcessed(ctx, ids[j], benchOwner, nil, "done", now); err != nil || !p.Applied() {
-			b.Fatal(err, p.Outcome)
-		}
+		finishCycle(ctx, b, s, r.Leased[0].Lease, now)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/item")
 }
@@ -326,4 +316,15 @@ func BenchmarkHeapOpen1M(b *testing.B) {
 	b.ReportMetric(float64(after.HeapAlloc)/(1<<20), "heap-MiB")
 	b.ReportMetric((float64(after.HeapAlloc)-float64(before.HeapAlloc))/n, "store-B/delivery")
 	runtime.KeepAlive(s)
+}
+
+// finishCycle is the end of a delivery's cycle: acknowledge it under
+// lease, then mark it processed.
+func finishCycle(ctx context.Context, b *testing.B, s *memstore.Store, lease ledger.Lease, now time.Time) {
+	if a, err := s.Acknowledge(ctx, lease, "seen", now); err != nil || !a.Applied() {
+		b.Fatal(err, a.Outcome)
+	}
+	if p, err := s.MarkProcessed(ctx, lease.DeliveryID, benchOwner, nil, "done", now); err != nil || !p.Applied() {
+		b.Fatal(err, p.Outcome)
+	}
 }

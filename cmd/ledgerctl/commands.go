@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/pgstore"
 )
 
 // listFlag is a repeatable flag whose values may also be comma lists.
@@ -180,6 +181,25 @@ func causeFlags(fs *flag.FlagSet) func() (ledger.Cause, error) {
 	}
 }
 
+// causeCall does what abandon and expire-ceremony share before their call:
+// take the one positional ID (named what), the cause flags, and open the
+// store. The caller closes the pool.
+func causeCall(ctx context.Context, c common, pos []string, what string, cause func() (ledger.Cause, error)) (string, ledger.Cause, *pgstore.Store, func(), error) {
+	id, err := exactlyOne(pos, what)
+	if err != nil {
+		return "", ledger.Cause{}, nil, nil, err
+	}
+	cs, err := cause()
+	if err != nil {
+		return "", ledger.Cause{}, nil, nil, err
+	}
+	store, closePool, err := open(ctx, c, false)
+	if err != nil {
+		return "", ledger.Cause{}, nil, nil, err
+	}
+	return id, cs, store, closePool, nil
+}
+
 // abandonJSON is the -json document of abandon.
 type abandonJSON struct {
 	Outcome  ledger.Outcome  `json:"outcome"`
@@ -189,15 +209,7 @@ type abandonJSON struct {
 func setupAbandon(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	cause := causeFlags(fs)
 	return func(ctx context.Context, e env, pos []string) error {
-		id, err := exactlyOne(pos, "delivery ID")
-		if err != nil {
-			return err
-		}
-		cs, err := cause()
-		if err != nil {
-			return err
-		}
-		store, closePool, err := open(ctx, *c, false)
+		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "delivery ID", cause)
 		if err != nil {
 			return err
 		}
@@ -234,15 +246,7 @@ type sweepJSON struct {
 func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	cause := causeFlags(fs)
 	return func(ctx context.Context, e env, pos []string) error {
-		id, err := exactlyOne(pos, "ceremony ID")
-		if err != nil {
-			return err
-		}
-		cs, err := cause()
-		if err != nil {
-			return err
-		}
-		store, closePool, err := open(ctx, *c, false)
+		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "ceremony ID", cause)
 		if err != nil {
 			return err
 		}
