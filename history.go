@@ -1,0 +1,111 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Transition is one entry of a record's history: a call that changed a
+// delivery or an outbox entry, written in the same transaction as the
+// change itself, so the history never claims a change that did not happen
+// and never misses one that did.
+//
+// Only calls that applied are recorded: a call that did not apply writes
+// nothing, its history entry included. Outcome is therefore OutcomeApplied
+// for every entry today; it is kept so that readers need not assume it.
+type Transition struct {
+	// Seq orders the transitions of one record: 1 for the first, one more
+	// for each after it.
+	Seq int64 `json:"seq"`
+	// Op is the call that made the change. Taking back a lease under the
+	// incarnation rule is OpReclaim; a sweep by Expire is OpExpire.
+	Op Operation `json:"op"`
+	// From is the state (or outbox status) before the change; empty for
+	// the call that created the record.
+	From string `json:"from,omitempty"`
+	// To is the state (or outbox status) after the change. It equals From
+	// for changes within a state, such as RecordActivation or a renewal.
+	To      string  `json:"to"`
+	Outcome Outcome `json:"outcome"`
+	// Actor is who made the call: the owner ("agent/incarnation") of the
+	// lease involved, or the claim worker. Empty for calls that act for
+	// nobody in particular: Enqueue, Expire, Abandon, ExpireCeremony,
+	// Supersede, RecordActivation and the base outbox operations.
+	Actor string `json:"actor,omitempty"`
+	// Reason is the cause or failure reason the change recorded, if any:
+	// "kind: detail" for an expiry cause, "kind: message" for a delivery
+	// failure, "code: message" for an emission error, or the dead-letter
+	// reason; for ReleaseClaim, the reason its caller gave.
+	Reason string `json:"reason,omitempty"`
+	// At is the time of the change: the record's UpdatedAt after it.
+	At time.Time `json:"at,omitzero"`
+}
+
+// Historian is implemented by ledgers that record the history of every
+// delivery. Detect it with a type assertion.
+//
+// History returns the transitions of delivery id, oldest first. It answers
+// ErrNotFound when there is no such delivery (purging a delivery purges its
+// history with it), and an empty history when the store was built with
+// history recording switched off.
+type Historian interface {
+	History(ctx context.Context, id DeliveryID) ([]Transition, error)
+}
+
+// OutboxHistorian is Historian for outbox entries.
+type OutboxHistorian interface {
+	EntryHistory(ctx context.Context, id OutboxEntryID) ([]Transition, error)
+}
+
+// DeliveryTransition describes the change from before to after made by op
+// on behalf of actor (see Transition.Actor; Owner.String for an owner).
+// before is nil when op created the record. Seq is left zero for the store
+// to number. Both stores build their history through this function so the
+// same calls give the same histories.
+func DeliveryTransition(op Operation, before *Delivery, after *Delivery, actor string) Transition {
+	t := Transition{Op: op, To: string(after.State), Outcome: OutcomeApplied, Actor: actor, At: after.UpdatedAt}
+	if before == nil {
+		return t
+	}
+	t.From = string(before.State)
+	switch {
+	case after.Cause != nil && before.Cause == nil:
+		t.Reason = joinReason(string(after.Cause.Kind), after.Cause.Detail)
+	case after.LastFailure != nil && (before.LastFailure == nil || *after.LastFailure != *before.LastFailure):
+		t.Reason = joinReason(string(after.LastFailure.Kind), after.LastFailure.Message)
+	}
+	return t
+}
+
+// EntryTransition is DeliveryTransition for outbox entries. The reason is
+// the dead-letter reason when the entry was just dead-lettered, else the
+// emission error the change recorded.
+func EntryTransition(op Operation, before *OutboxEntry, after *OutboxEntry, actor string) Transition {
+	t := Transition{Op: op, To: string(after.Status), Outcome: OutcomeApplied, Actor: actor, At: after.UpdatedAt}
+	if before == nil {
+		return t
+	}
+	t.From = string(before.Status)
+	switch {
+	case after.Status == OutboxStatusDeadLettered && before.Status != OutboxStatusDeadLettered:
+		t.Reason = after.DeadLetterReason
+		if t.Reason == "" && after.LastError != nil {
+			t.Reason = joinReason(after.LastError.Code, after.LastError.Message)
+		}
+	case after.LastError != nil && (before.LastError == nil || *after.LastError != *before.LastError):
+		t.Reason = joinReason(after.LastError.Code, after.LastError.Message)
+	}
+	return t
+}
+
+// joinReason joins a kind or code and a free-text detail, leaving out
+// whichever is empty.
+func joinReason(kind, detail string) string {
+	switch {
+	case kind == "":
+		return detail
+	case detail == "":
+		return kind
+	}
+	return kind + ": " + detail
+}
