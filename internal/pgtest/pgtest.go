@@ -52,6 +52,10 @@ var harness struct {
 	dsn        string // set once known (external URL or started cluster)
 	startErr   error  // sticky: a failed start fails every test that asks
 	cluster    *pgcluster.Cluster
+	// The PgBouncer in front of the database, started on first use by
+	// BouncerPool.
+	bouncer    *pgcluster.Bouncer
+	bouncerErr error
 }
 
 // ci reports whether we run under CI, where skipping database tests would
@@ -82,6 +86,11 @@ func Main(m *testing.M) {
 	code := m.Run()
 
 	harness.mu.Lock()
+	if b := harness.bouncer; b != nil {
+		if err := b.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stopping pgbouncer: %v\n", err)
+		}
+	}
 	if c := harness.cluster; c != nil {
 		// A stop problem is reported but does not change the tests' verdict:
 		// the directory is swept by the next run anyway.
@@ -154,11 +163,20 @@ func DSN(t testing.TB) string {
 // qualify a table with its schema fails instead of silently hitting public.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(DSN(t))
+	return connect(t, DSN(t), true)
+}
+
+// connect opens a pool on url, closed when the test ends. emptyPath sets
+// an empty search_path on its connections; a bouncer cannot pass one on.
+func connect(t testing.TB, url string, emptyPath bool) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("pgtest: parse DSN: %v", err)
 	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	if emptyPath {
+		cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -193,4 +211,28 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 		}
 	})
 	return name
+}
+
+// BouncerPool is Pool through a PgBouncer in transaction pooling mode,
+// started in front of the test database on first use and stopped after
+// the tests. Without a pgbouncer binary the test is skipped, except under
+// CI=true, where it fails.
+func BouncerPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	upstream := DSN(t)
+	harness.mu.Lock()
+	if harness.bouncer == nil && harness.bouncerErr == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		harness.bouncer, harness.bouncerErr = pgcluster.StartBouncer(ctx, upstream, 20)
+		cancel()
+	}
+	b, err := harness.bouncer, harness.bouncerErr
+	harness.mu.Unlock()
+	if errors.Is(err, pgcluster.ErrNoBouncer) && !ci() {
+		t.Skip("pgtest: " + err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return connect(t, b.DSN(), false)
 }

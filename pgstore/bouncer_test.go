@@ -1,0 +1,36 @@
+package pgstore_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgtest"
+	"github.com/leaseledger/ledger/ledgertest"
+	"github.com/leaseledger/ledger/pgstore"
+)
+
+// TestBouncer runs the conformance suite through PgBouncer in transaction
+// pooling mode, where consecutive transactions of one client may run on
+// different server connections. It proves the store keeps no session
+// state between transactions: no session advisory locks, no named
+// prepared statements, no settings that must survive a commit.
+func TestBouncer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite through PgBouncer is not short")
+	}
+	newBounced := func(t *testing.T) *pgstore.Store {
+		pool := pgtest.BouncerPool(t)
+		s, err := pgstore.New(pool, pgstore.WithSchema(pgtest.Schema(t, pool)))
+		require.NoError(t, err)
+		require.NoError(t, s.Migrate(testContext(t)))
+		return s
+	}
+	t.Run("Ledger", func(t *testing.T) {
+		ledgertest.TestLedger(t, func(t *testing.T) ledger.Ledger { return newBounced(t) })
+	})
+	t.Run("ClaimStore", func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(t *testing.T) ledger.ClaimStore { return newBounced(t).Outbox() })
+	})
+}
