@@ -28,9 +28,11 @@ type Transition struct {
 	To      string  `json:"to"`
 	Outcome Outcome `json:"outcome"`
 	// Actor is who made the call: the owner ("agent/incarnation") of the
-	// lease involved, or the claim worker. Empty for calls that act for
-	// nobody in particular: Enqueue, Expire, Abandon, ExpireCeremony,
-	// Supersede, RecordActivation and the base outbox operations.
+	// lease involved (for a reclaim, the new incarnation that took the
+	// lease back; for MarkProcessed, the owner that acknowledged), or the
+	// claim worker. Empty for calls that act for nobody in particular:
+	// Enqueue, Expire, Abandon, ExpireCeremony, Supersede, RecordActivation
+	// and the base outbox operations.
 	Actor string `json:"actor,omitempty"`
 	// Reason is the cause or failure reason the change recorded, if any:
 	// "kind: detail" for an expiry cause, "kind: message" for a delivery
@@ -71,10 +73,25 @@ func DeliveryTransition(op Operation, before *Delivery, after *Delivery, actor s
 	switch {
 	case after.Cause != nil && before.Cause == nil:
 		t.Reason = joinReason(string(after.Cause.Kind), after.Cause.Detail)
-	case after.LastFailure != nil && (before.LastFailure == nil || *after.LastFailure != *before.LastFailure):
+	case after.LastFailure != nil && (recordsFailure(op, before) || before.LastFailure == nil || *after.LastFailure != *before.LastFailure):
 		t.Reason = joinReason(string(after.LastFailure.Kind), after.LastFailure.Message)
 	}
 	return t
+}
+
+// recordsFailure reports whether op, applied to before, records a new
+// failure. Comparing the failures alone is not enough: the same message
+// from the same owner within one microsecond gives a failure equal to the
+// last one, and its transition must still say why it happened.
+func recordsFailure(op Operation, before *Delivery) bool {
+	switch op {
+	case OpMarkFailed, OpReclaim:
+		return true
+	case OpLease, OpExpire:
+		// Taking over, or sweeping, a lease that ran out.
+		return before.State == DeliveryStateLeased
+	}
+	return false
 }
 
 // EntryTransition is DeliveryTransition for outbox entries. The reason is
@@ -92,7 +109,9 @@ func EntryTransition(op Operation, before *OutboxEntry, after *OutboxEntry, acto
 		if t.Reason == "" && after.LastError != nil {
 			t.Reason = joinReason(after.LastError.Code, after.LastError.Message)
 		}
-	case after.LastError != nil && (before.LastError == nil || *after.LastError != *before.LastError):
+	case after.LastError != nil && (op == OpMarkFailed || before.LastError == nil || *after.LastError != *before.LastError):
+		// A failed emission always says why, even when the provider
+		// answered as it did the last time.
 		t.Reason = joinReason(after.LastError.Code, after.LastError.Message)
 	}
 	return t

@@ -2,7 +2,9 @@ package memstore
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"time"
 
 	"github.com/leaseledger/ledger"
 )
@@ -15,6 +17,8 @@ func checkStore(s *Store) error {
 	defer s.mu.Unlock()
 	var (
 		ids, offers, leases, acks []string
+		spentKeys                 []string
+		counts                    tallies
 		byTarget                  = map[ledger.Target][]string{}
 		byCeremony                = map[ledger.CeremonyID][]string{}
 		open                      = map[ledger.CeremonyID][]string{}
@@ -35,6 +39,13 @@ func checkStore(s *Store) error {
 			return fmt.Errorf("record %q stored under %q", p.ID, id)
 		}
 		ids = append(ids, string(id))
+		counts.move(nil, p)
+		if spent(p) {
+			spentKeys = append(spentKeys, str(key(p.AvailableAt, slot)))
+		}
+		if err := checkHistory(s, slot); err != nil {
+			return err
+		}
 		if candidate(p) {
 			k := str(key(p.AvailableAt, slot))
 			offers = append(offers, k)
@@ -67,6 +78,12 @@ func checkStore(s *Store) error {
 		return err
 	}
 	if err := sameKeys("acks", &s.acks, acks, str, slotKey.compare); err != nil {
+		return err
+	}
+	if err := sameKeys("spent", &s.spent, spentKeys, str, slotKey.compare); err != nil {
+		return err
+	}
+	if err := sameTallies(&s.counts, &counts); err != nil {
 		return err
 	}
 	if err := sameGroups("byTarget", &s.byTarget, byTarget, str, s.offerOrder); err != nil {
@@ -115,6 +132,92 @@ func checkStore(s *Store) error {
 		if !slices.Equal(want, have) {
 			return fmt.Errorf("holders of %s: index %v, records %v", o, have, want)
 		}
+	}
+	return nil
+}
+
+// checkHistory checks the history kept for the record in slot: none when
+// history is off; else a chain from the creation state, each entry's From
+// the To of the one before, ending in the record's state, with as many
+// entries as the record's Version and as many grants as its LeaseSeq.
+func checkHistory(s *Store, slot uint32) error {
+	p := s.recs[slot]
+	if s.cfg.noHistory {
+		if s.hist != nil {
+			return fmt.Errorf("history kept with history off")
+		}
+		return nil
+	}
+	if len(s.hist) != len(s.recs) {
+		return fmt.Errorf("%d histories for %d records", len(s.hist), len(s.recs))
+	}
+	return checkChain(string(p.ID), s.hist[slot], deliveryStates[:], string(ledger.DeliveryStateOffered),
+		string(p.State), p.CreatedAt, p.UpdatedAt, p.Version, ledger.OpLease, p.LeaseSeq)
+}
+
+// checkChain checks one record's stored history events against the record:
+// first is its state at creation, last its state now, version its Version,
+// grants its LeaseSeq (or ClaimSeq), counted as entries made by grant.
+// Times need not grow: every call brings its own now.
+func checkChain(id string, events []event, states []string, first, last string, created, updated time.Time, version int64, grant ledger.Operation, grants int64) error {
+	if int64(len(events))+1 != version {
+		return fmt.Errorf("%s: %d history entries after the creation, version %d", id, len(events), version)
+	}
+	state, at, n := first, created.UnixMicro(), int64(0)
+	for i, e := range events {
+		if states[e.from] != state {
+			return fmt.Errorf("%s: entry %d goes from %q, the one before ended in %q", id, i+2, states[e.from], state)
+		}
+		if operations[e.op] == grant {
+			n++
+		}
+		state, at = states[e.to], e.at
+	}
+	switch {
+	case state != last:
+		return fmt.Errorf("%s: history ends in %q, record is %q", id, state, last)
+	case at != updated.UnixMicro():
+		return fmt.Errorf("%s: history ends at %d, record updated at %d", id, at, updated.UnixMicro())
+	case n != grants:
+		return fmt.Errorf("%s: %d grants in history, sequence %d", id, n, grants)
+	}
+	return nil
+}
+
+// sameTallies compares the counts a store keeps with the counts of its
+// records, group by group.
+func sameTallies(have, want *tallies) error {
+	if err := sameTally("all", &have.all, &want.all); err != nil {
+		return err
+	}
+	if err := sameTallyGroups("target", have.byTarget, want.byTarget); err != nil {
+		return err
+	}
+	if err := sameTallyGroups("ceremony", have.byCeremony, want.byCeremony); err != nil {
+		return err
+	}
+	return sameTallyGroups("pair", have.byPair, want.byPair)
+}
+
+func sameTallyGroups[N comparable](name string, have, want map[N]*tally) error {
+	if len(have) != len(want) {
+		return fmt.Errorf("tallies by %s: %d kept, %d groups have records", name, len(have), len(want))
+	}
+	for n, w := range want {
+		h, ok := have[n]
+		if !ok {
+			return fmt.Errorf("tallies by %s: %v missing", name, n)
+		}
+		if err := sameTally(fmt.Sprintf("%s %v", name, n), h, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sameTally(name string, have, want *tally) error {
+	if have.total != want.total || have.states != want.states || !maps.Equal(have.causes, want.causes) {
+		return fmt.Errorf("tally %s: kept %+v, records give %+v", name, *have, *want)
 	}
 	return nil
 }
@@ -173,7 +276,8 @@ func sameGroups[N comparable, K ordered[K]](name string, g *groups[N, K], want m
 func checkOutbox(o *Outbox) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var pending, scheduled []string
+	var pending, scheduled, claimed []string
+	var counts [len(outboxStatuses)]int64
 	str := func(k timeKey) string { return fmt.Sprintf("%d/%s", k.at, k.id) }
 	pstr := func(k seqKey) string { return fmt.Sprintf("%d/%d/%s", k.at, k.seq, k.id) }
 	if len(o.seqs) != len(o.entries) {
@@ -195,6 +299,26 @@ func checkOutbox(o *Outbox) error {
 		if p.Status.Scheduled() {
 			scheduled = append(scheduled, str(entryKey(p.NextAttemptAt, id)))
 		}
+		if p.Claim != nil {
+			claimed = append(claimed, str(entryKey(p.Claim.ExpiresAt, id)))
+		}
+		counts[statusCode(string(p.Status))]++
+		if o.cfg.noHistory {
+			if p.hist != nil {
+				return fmt.Errorf("history kept with history off")
+			}
+			continue
+		}
+		if err := checkChain(string(id), p.hist, outboxStatuses[:], string(ledger.OutboxStatusPending),
+			string(p.Status), p.CreatedAt, p.UpdatedAt, p.Version, ledger.OpClaim, p.ClaimSeq); err != nil {
+			return err
+		}
+	}
+	if counts != o.counts {
+		return fmt.Errorf("counts by status: kept %v, entries give %v", o.counts, counts)
+	}
+	if err := sameKeys("claimed", &o.claimed, claimed, str, timeKey.compare); err != nil {
+		return err
 	}
 	if err := sameKeys("pending", &o.pending, pending, pstr, seqKey.compare); err != nil {
 		return err
@@ -206,7 +330,7 @@ func checkOutbox(o *Outbox) error {
 func (s *Store) visits() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.ids.visits + s.offers.visits + s.leases.visits + s.acks.visits
+	n := s.ids.visits + s.offers.visits + s.leases.visits + s.acks.visits + s.spent.visits
 	for _, t := range s.byTarget.m {
 		n += t.visits
 	}

@@ -31,7 +31,7 @@ type Outbox struct {
 	cfg config
 
 	mu      sync.Mutex
-	entries map[ledger.OutboxEntryID]*ledger.OutboxEntry
+	entries map[ledger.OutboxEntryID]*entry
 	// enqueued counts the entries ever added: the enqueue sequence of the
 	// latest one.
 	enqueued uint64
@@ -48,6 +48,20 @@ type Outbox struct {
 	// scheduled holds RetryScheduled and Deferred entries by
 	// (NextAttemptAt, ID), claimed or not.
 	scheduled btree[timeKey]
+	// claimed holds the entries that carry a claim, in force or expired,
+	// by (claim ExpiresAt, ID), so that OutboxStats finds the claims in
+	// force without scanning.
+	claimed btree[timeKey]
+	// counts counts the entries by status (statusCode), for OutboxStats.
+	counts [len(outboxStatuses)]int64
+}
+
+// entry is an outbox entry as the Outbox keeps it: the record, and its
+// history after its creation (see history.go; nil when history is off),
+// kept together so that writing the history costs no second lookup.
+type entry struct {
+	ledger.OutboxEntry
+	hist []event
 }
 
 // NewOutbox returns the empty Outbox of a new Store configured by opts:
@@ -57,7 +71,7 @@ func NewOutbox(opts ...Option) *Outbox { return New(opts...).Outbox() }
 func newOutbox(cfg config) *Outbox {
 	return &Outbox{
 		cfg:     cfg,
-		entries: make(map[ledger.OutboxEntryID]*ledger.OutboxEntry),
+		entries: make(map[ledger.OutboxEntryID]*entry),
 		seqs:    make(map[ledger.OutboxEntryID]uint64),
 	}
 }
@@ -108,13 +122,13 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 
 func (o *Outbox) enqueueLocked(env ledger.Envelope, e ledger.OutboxEntry) ledger.OutboxResult {
 	if p, ok := o.entries[e.ID]; ok {
-		return ledger.OutboxResult{Outcome: p.EnqueueAgain(env), Entry: *p}
+		return ledger.OutboxResult{Outcome: p.EnqueueAgain(env), Entry: p.OutboxEntry}
 	}
-	p := &e
+	p := &entry{OutboxEntry: e}
 	o.entries[e.ID] = p
 	o.enqueued++
 	o.seqs[e.ID] = o.enqueued
-	o.reindex(nil, p)
+	o.reindex(nil, &p.OutboxEntry)
 	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}
 }
 
@@ -126,7 +140,7 @@ func (o *Outbox) Save(ctx context.Context, entry ledger.OutboxEntry) (ledger.Out
 	if err := begin(ctx, ledger.ValidateSave(entry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.write(entry.ID, "save", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.write(entry.ID, ledger.OpSave, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.Save(entry, now)
 	})
 }
@@ -141,7 +155,7 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 	p, ok := o.entries[id]
 	var e ledger.OutboxEntry
 	if ok {
-		e = *p
+		e = p.OutboxEntry
 	}
 	o.mu.Unlock()
 	if !ok {
@@ -161,7 +175,7 @@ func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEnt
 	o.mu.Lock()
 	c := o.pending.first()
 	for k, ok := c.next(); ok && len(out) < limit; k, ok = c.next() {
-		out = append(out, *o.entries[ledger.OutboxEntryID(k.id)])
+		out = append(out, o.entries[ledger.OutboxEntryID(k.id)].OutboxEntry)
 	}
 	o.mu.Unlock()
 	return cloneEntries(out), nil
@@ -181,7 +195,7 @@ func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) (
 	c := o.scheduled.first()
 	for k, ok := c.next(); ok && k.at <= end && len(out) < limit; k, ok = c.next() {
 		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryReady(now) {
-			out = append(out, *p)
+			out = append(out, p.OutboxEntry)
 		}
 	}
 	o.mu.Unlock()
@@ -196,7 +210,7 @@ func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, res
 	if err := begin(ctx, ledger.ValidateMarkDelivered(id, result)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.write(id, "mark delivered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.write(id, ledger.OpMarkDelivered, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.MarkDelivered(result, now)
 	})
 }
@@ -208,7 +222,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, id ledger.OutboxEntryID, emissi
 	if err := begin(ctx, ledger.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.write(id, "mark failed", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.write(id, ledger.OpMarkFailed, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.MarkFailed(emissionErr, nextRetry, now)
 	})
 }
@@ -219,14 +233,15 @@ func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, 
 	if err := begin(ctx, ledger.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.write(id, "mark dead lettered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.write(id, ledger.OpMarkDeadLettered, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.MarkDeadLettered(emissionErr, reason, now)
 	})
 }
 
-// write runs one base-contract transition, stamped with the clock, and
-// stores the result when it changed the entry.
-func (o *Outbox) write(id ledger.OutboxEntryID, op string, step func(ledger.OutboxEntry, time.Time) (ledger.OutboxEntry, error)) (ledger.OutboxEntry, error) {
+// write runs one base-contract transition, op, stamped with the clock, and
+// stores the result when it changed the entry. The base contract's calls
+// act for nobody in particular, so their history entries name no actor.
+func (o *Outbox) write(id ledger.OutboxEntryID, op ledger.Operation, step func(ledger.OutboxEntry, time.Time) (ledger.OutboxEntry, error)) (ledger.OutboxEntry, error) {
 	now := o.cfg.clock()
 	o.mu.Lock()
 	p, ok := o.entries[id]
@@ -234,13 +249,13 @@ func (o *Outbox) write(id ledger.OutboxEntryID, op string, step func(ledger.Outb
 		o.mu.Unlock()
 		return ledger.OutboxEntry{}, fmt.Errorf("memstore: %s outbox entry %s: %w", op, id, ledger.ErrNotFound)
 	}
-	e, err := step(*p, now)
+	e, err := step(p.OutboxEntry, now)
 	if err != nil {
 		o.mu.Unlock()
 		return ledger.OutboxEntry{}, fmt.Errorf("memstore: %s outbox entry %s: %w", op, id, err)
 	}
 	if e.Version != p.Version {
-		o.replace(p, e)
+		o.replace(p, e, change{op: op})
 	}
 	o.mu.Unlock()
 	return e.Clone(), nil
@@ -257,7 +272,7 @@ func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]l
 	}
 	now := ledger.Normalize(req.Now)
 	o.mu.Lock()
-	var picks []*ledger.OutboxEntry
+	var picks []*entry
 	c := o.pending.first()
 	for k, ok := c.next(); ok && len(picks) < req.Limit; k, ok = c.next() {
 		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
@@ -279,7 +294,7 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 	now := ledger.Normalize(req.Now)
 	end := now.UnixMicro()
 	o.mu.Lock()
-	var picks []*ledger.OutboxEntry
+	var picks []*entry
 	c := o.scheduled.first()
 	for k, ok := c.next(); ok && k.at <= end && len(picks) < req.Limit; k, ok = c.next() {
 		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryClaimable(now) {
@@ -292,14 +307,14 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 }
 
 // grant claims each of picks for req.Worker. The caller holds o.mu.
-func (o *Outbox) grant(picks []*ledger.OutboxEntry, req ledger.ClaimRequest, now time.Time) []ledger.ClaimedEntry {
+func (o *Outbox) grant(picks []*entry, req ledger.ClaimRequest, now time.Time) []ledger.ClaimedEntry {
 	if len(picks) == 0 {
 		return nil
 	}
 	out := make([]ledger.ClaimedEntry, 0, len(picks))
 	for _, p := range picks {
 		e, c := p.Grant(req.Worker, ledger.NewToken(), now, req.LeaseDuration)
-		o.replace(p, e)
+		o.replace(p, e, change{op: ledger.OpClaim, worker: req.Worker})
 		out = append(out, ledger.ClaimedEntry{Claim: c, Entry: e})
 	}
 	return out
@@ -312,7 +327,7 @@ func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, res
 	if err := begin(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.complete(claim.EntryID, change{op: ledger.OpMarkDelivered}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimDelivered(claim, result, now)
 	}), nil
 }
@@ -325,7 +340,7 @@ func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissi
 	if err := begin(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.complete(claim.EntryID, change{op: ledger.OpMarkFailed}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
 	}), nil
 }
@@ -336,19 +351,20 @@ func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, 
 	if err := begin(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.complete(claim.EntryID, change{op: ledger.OpMarkDeadLettered}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
 	}), nil
 }
 
 // ReleaseClaim gives the claim back without changing the status and
-// without counting the attempt. reason is checked as free text and not
-// stored. Outcomes as MarkClaimDelivered. Errors: ErrInvalid, ctx.Err().
+// without counting the attempt. reason is checked as free text; the entry
+// does not keep it, its history entry does. Outcomes as MarkClaimDelivered.
+// Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
 	if err := begin(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.complete(claim.EntryID, change{op: ledger.OpReleaseClaim, reason: reason}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.ReleaseClaim(claim, now)
 	}), nil
 }
@@ -362,14 +378,15 @@ func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger
 	if err := begin(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.complete(claim.EntryID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.complete(claim.EntryID, change{op: ledger.OpSaveClaim}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.SaveClaim(claim, entry, now)
 	}), nil
 }
 
 // complete runs one claim completion, stamped with the clock, and stores
-// the result when it applied.
-func (o *Outbox) complete(id ledger.OutboxEntryID, step func(ledger.OutboxEntry, time.Time) (ledger.OutboxEntry, ledger.Outcome)) ledger.OutboxResult {
+// the result when it applied, recorded as c made by the worker of the
+// claim it ended.
+func (o *Outbox) complete(id ledger.OutboxEntryID, c change, step func(ledger.OutboxEntry, time.Time) (ledger.OutboxEntry, ledger.Outcome)) ledger.OutboxResult {
 	now := o.cfg.clock()
 	o.mu.Lock()
 	p, ok := o.entries[id]
@@ -377,26 +394,60 @@ func (o *Outbox) complete(id ledger.OutboxEntryID, step func(ledger.OutboxEntry,
 		o.mu.Unlock()
 		return ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}
 	}
-	e, out := step(*p, now)
+	e, out := step(p.OutboxEntry, now)
 	if out == ledger.OutcomeApplied {
-		o.replace(p, e)
+		// An applied completion was made under the claim in force.
+		c.worker = p.Claim.Worker
+		o.replace(p, e, c)
 	} else {
-		e = *p
+		e = p.OutboxEntry
 	}
 	o.mu.Unlock()
 	return ledger.OutboxResult{Outcome: out, Entry: e.Clone()}
 }
 
-// replace overwrites the entry at p with e, moving it between indexes
-// first. The caller holds o.mu.
-func (o *Outbox) replace(p *ledger.OutboxEntry, e ledger.OutboxEntry) {
-	o.reindex(p, &e)
-	*p = e
+// replace overwrites the entry at p with e, the result of c, moving it
+// between indexes and counts and writing its history entry first. Every
+// transition that writes goes through here. The caller holds o.mu.
+func (o *Outbox) replace(p *entry, e ledger.OutboxEntry, c change) {
+	o.recordEntry(p, c, &e)
+	o.reindex(&p.OutboxEntry, &e)
+	p.OutboxEntry = e
 }
 
-// reindex moves an entry from the index entries of old (nil for a new
-// entry) to those of e.
+// unindex takes an entry that is going away out of every index and count.
+// The caller holds o.mu.
+func (o *Outbox) unindex(p *ledger.OutboxEntry) {
+	o.counts[statusCode(string(p.Status))]--
+	if p.Status == ledger.OutboxStatusPending {
+		o.pending.delete(o.pendingKey(p))
+	}
+	if p.Status.Scheduled() {
+		o.scheduled.delete(entryKey(p.NextAttemptAt, p.ID))
+	}
+	if p.Claim != nil {
+		o.claimed.delete(entryKey(p.Claim.ExpiresAt, p.ID))
+	}
+}
+
+// reindex moves an entry from the index entries and counts of old (nil for
+// a new entry) to those of e.
 func (o *Outbox) reindex(old, e *ledger.OutboxEntry) {
+	if old == nil || old.Status != e.Status {
+		if old != nil {
+			o.counts[statusCode(string(old.Status))]--
+		}
+		o.counts[statusCode(string(e.Status))]++
+	}
+	hadClaim := old != nil && old.Claim != nil
+	if hasClaim := e.Claim != nil; hadClaim != hasClaim || (hadClaim && !old.Claim.ExpiresAt.Equal(e.Claim.ExpiresAt)) {
+		if hadClaim {
+			o.claimed.delete(entryKey(old.Claim.ExpiresAt, old.ID))
+		}
+		if hasClaim {
+			o.claimed.insert(entryKey(e.Claim.ExpiresAt, e.ID))
+		}
+	}
 	wasPending := old != nil && old.Status == ledger.OutboxStatusPending
 	if isPending := e.Status == ledger.OutboxStatusPending; wasPending != isPending {
 		if wasPending {

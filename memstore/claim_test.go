@@ -212,7 +212,7 @@ func TestOutboxIndexesFollowRandomOps(t *testing.T) {
 				defer o.mu.Unlock()
 				var out []ledger.OutboxEntry
 				for _, p := range o.entries {
-					out = append(out, *p)
+					out = append(out, p.OutboxEntry)
 				}
 				return out
 			}
@@ -274,6 +274,7 @@ func TestOutboxIndexesFollowRandomOps(t *testing.T) {
 					require.NoError(t, err)
 				}
 				require.NoError(t, checkOutbox(o), "step %d", step)
+				requireOutboxStats(t, o, now.Add(-3*time.Millisecond), now, now.Add(5*time.Millisecond))
 			}
 		})
 	}

@@ -120,7 +120,7 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	}
 	for _, slot := range picks {
 		d, lease := s.recs[slot].Grant(owner, ledger.NewToken(), now, duration)
-		s.replace(slot, &d)
+		s.replace(slot, &d, ledger.OpLease, owner)
 		res.Leased = append(res.Leased, ledger.LeasedDelivery{Lease: lease, Delivery: d})
 	}
 	s.mu.Unlock()
@@ -143,7 +143,8 @@ func (s *Store) reclaim(owner ledger.Owner, now time.Time) []ledger.DeliveryID {
 	ids := make([]ledger.DeliveryID, len(slots))
 	for i, slot := range slots {
 		d := s.recs[slot].Reclaim(owner, now)
-		s.replace(slot, &d)
+		// The actor is the caller, the incarnation that took the lease back.
+		s.replace(slot, &d, ledger.OpReclaim, owner)
 		ids[i] = d.ID
 	}
 	return ids
@@ -270,7 +271,7 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(lease.DeliveryID, ledger.OpAcknowledge, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.Acknowledge(lease, observation, now)
 	}), nil
 }
@@ -286,7 +287,7 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(id, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(id, ledger.OpMarkProcessed, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		highest := s.fences[d.Target]
 		nd, o := d.MarkProcessed(owner, fence, highest, action, now)
 		if o == ledger.OutcomeApplied {
@@ -306,7 +307,7 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(id, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(id, ledger.OpRecordActivation, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.RecordActivation(activation, now)
 	}), nil
 }
@@ -319,7 +320,7 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(lease.DeliveryID, ledger.OpMarkFailed, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.MarkFailed(lease, reason, now)
 	}), nil
 }
@@ -332,7 +333,7 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(lease.DeliveryID, ledger.OpRelease, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.Release(lease, now)
 	}), nil
 }
@@ -344,24 +345,26 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(id, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(id, ledger.OpAbandon, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.Abandon(cause, now)
 	}), nil
 }
 
-// apply runs one transition on the record with ID id and stores the result
-// when it applied. The result carries a deep copy of the record as it now
-// stands; OutcomeNotFound with a zero record for an unknown ID.
-func (s *Store) apply(id ledger.DeliveryID, step func(ledger.Delivery) (ledger.Delivery, ledger.Outcome)) ledger.DeliveryResult {
+// apply runs one transition, op, on the record with ID id and stores the
+// result when it applied (see actorOf for who it is recorded as made by).
+// The result carries a deep copy of the record as it now stands;
+// OutcomeNotFound with a zero record for an unknown ID.
+func (s *Store) apply(id ledger.DeliveryID, op ledger.Operation, step func(ledger.Delivery) (ledger.Delivery, ledger.Outcome)) ledger.DeliveryResult {
 	s.mu.Lock()
 	slot, ok := s.records[id]
 	if !ok {
 		s.mu.Unlock()
 		return ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
 	}
-	d, o := step(*s.recs[slot])
+	before := s.recs[slot]
+	d, o := step(*before)
 	if o == ledger.OutcomeApplied {
-		s.replace(slot, &d)
+		s.replace(slot, &d, op, actorOf(op, before))
 	} else {
 		d = *s.recs[slot] // a call that does not apply writes, and changes, nothing
 	}
@@ -390,7 +393,7 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 	}
 	for _, slot := range due {
 		if d, changed := s.recs[slot].Expire(now); changed {
-			s.replace(slot, &d)
+			s.replace(slot, &d, ledger.OpExpire, ledger.Owner{})
 			res.Changed = append(res.Changed, d.ID)
 		}
 	}
@@ -418,7 +421,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 		for _, id := range ids {
 			slot := s.records[id]
 			if d, o := s.recs[slot].Abandon(cause, now); o == ledger.OutcomeApplied {
-				s.replace(slot, &d)
+				s.replace(slot, &d, ledger.OpExpireCeremony, ledger.Owner{})
 				res.Changed = append(res.Changed, id)
 			}
 		}
@@ -448,7 +451,7 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 		}
 		for _, slot := range slots {
 			if d, ok := s.recs[slot].Supersede(replacement, mode, now); ok {
-				s.replace(slot, &d)
+				s.replace(slot, &d, ledger.OpSupersede, ledger.Owner{})
 				changed = append(changed, d.ID)
 			}
 		}

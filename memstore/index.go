@@ -362,6 +362,47 @@ func (n *bnode[K]) grow(i int) {
 	}
 }
 
+// countWhile returns how many keys, from the smallest on, come before the
+// first key for which in is false; in must hold for a prefix of the order
+// (a bound on the key's time, say). It adds up whole leaves instead of
+// stepping key by key, so it costs one visit per node of that prefix,
+// O(log n + k/minItems) for k keys counted, and it never looks at what a
+// key stands for.
+func (t *btree[K]) countWhile(in func(K) bool) int {
+	if t.root == nil {
+		return 0
+	}
+	n, _ := t.root.countWhile(in, &t.visits)
+	return n
+}
+
+// countWhile counts the keys of n's subtree before the first for which in
+// is false, and reports whether it met that key.
+func (n *bnode[K]) countWhile(in func(K) bool, visits *int) (int, bool) {
+	*visits++
+	if n.leaf() {
+		if len(n.items) == 0 || in(n.items[len(n.items)-1]) {
+			return len(n.items), false
+		}
+		i := 0
+		for i < len(n.items) && in(n.items[i]) {
+			i++
+		}
+		return i, true
+	}
+	count := 0
+	for i, k := range n.items {
+		c, stop := n.kids[i].countWhile(in, visits)
+		count += c
+		if stop || !in(k) {
+			return count, true
+		}
+		count++
+	}
+	c, stop := n.kids[len(n.items)].countWhile(in, visits)
+	return count + c, stop
+}
+
 // cursor walks a btree in ascending order. A cursor is invalidated by any
 // insert or delete on its tree: callers collect what they need first and
 // change the tree afterwards.

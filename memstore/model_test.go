@@ -220,5 +220,8 @@ func runModel(t *testing.T, seed uint64) {
 			enqueue()
 		}
 		require.NoError(t, checkStore(s), "step %d", step)
+		if step%25 == 0 {
+			requireStats(t, s, targets, ceremonies, now.Add(-5*time.Millisecond), now, now.Add(20*time.Millisecond))
+		}
 	}
 }

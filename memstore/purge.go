@@ -18,8 +18,9 @@ var (
 // PurgeDeliveries deletes up to limit terminal deliveries that ended before
 // olderThan (ledger.Delivery.Purgeable), oldest EndedAt first, then by ID,
 // and returns how many it deleted. Open deliveries are never deleted,
-// whatever their age; the per-target fences stay. A purged ID is free
-// again: a later Enqueue of it creates a new record. Errors: ErrInvalid
+// whatever their age; the per-target fences stay. A purged delivery's
+// history goes with it, and its ID is free again: a later Enqueue of it
+// creates a new record with a new history. Errors: ErrInvalid
 // (a zero olderThan, or limit outside 1..ledger.MaxLimit), ctx.Err().
 //
 // memstore keeps no index of ended deliveries, so each call scans every
@@ -65,6 +66,7 @@ func (s *Store) PurgeDeliveries(ctx context.Context, olderThan time.Time, limit 
 func (s *Store) removeSlot(slot uint32) {
 	p := s.recs[slot]
 	s.reindex(slot, p, nil) // a terminal record is in no index but ids; stay safe
+	s.counts.move(p, nil)
 	s.ids.delete(idKey(p.ID))
 	delete(s.records, p.ID)
 	last := uint32(len(s.recs) - 1)
@@ -82,16 +84,24 @@ func (s *Store) removeSlot(slot uint32) {
 		s.recs[last] = nil
 		s.recs = s.recs[:last]
 	}
+	if !s.cfg.noHistory {
+		// The purged record's history goes with it; the moved record's
+		// follows it to its new slot.
+		s.hist[slot] = s.hist[last]
+		s.hist[last] = nil
+		s.hist = s.hist[:last]
+	}
 	*p = ledger.Delivery{}
 }
 
 // PurgeEntries deletes up to limit terminal outbox entries that ended
 // before olderThan (ledger.OutboxEntry.Purgeable), oldest EndedAt first,
 // then by ID, and returns how many it deleted. Open entries, claimed or
-// not, are never deleted. A purged idempotency key is free again: a later
-// Enqueue of it creates a new entry, with a new place in the enqueue
-// order. Errors: ErrInvalid (a zero olderThan, or limit outside
-// 1..ledger.MaxLimit), ctx.Err().
+// not, are never deleted. A purged entry's history goes with it, and its
+// idempotency key is free again: a later Enqueue of it creates a new
+// entry, with a new place in the enqueue order and a new history. Errors:
+// ErrInvalid (a zero olderThan, or limit outside 1..ledger.MaxLimit),
+// ctx.Err().
 //
 // Like Store.PurgeDeliveries it scans every entry under the lock and sorts
 // the candidates: O(n + k log k).
@@ -102,26 +112,21 @@ func (o *Outbox) PurgeEntries(ctx context.Context, olderThan time.Time, limit in
 	olderThan = ledger.Normalize(olderThan)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var victims []*ledger.OutboxEntry
+	var victims []*entry
 	for _, p := range o.entries {
 		if p.Purgeable(olderThan) {
 			victims = append(victims, p)
 		}
 	}
-	slices.SortFunc(victims, func(a, b *ledger.OutboxEntry) int {
+	slices.SortFunc(victims, func(a, b *entry) int {
 		return cmp.Or(a.EndedAt.Compare(b.EndedAt), cmp.Compare(a.ID, b.ID))
 	})
 	victims = victims[:min(limit, len(victims))]
 	for _, p := range victims {
-		// Terminal entries are in neither index, but an index must never
-		// keep a key for an entry that is gone.
-		if p.Status == ledger.OutboxStatusPending {
-			o.pending.delete(o.pendingKey(p))
-		}
-		if p.Status.Scheduled() {
-			o.scheduled.delete(entryKey(p.NextAttemptAt, p.ID))
-		}
-		delete(o.entries, p.ID)
+		// Terminal entries are in no index, but an index must never keep
+		// a key for an entry that is gone.
+		o.unindex(&p.OutboxEntry)
+		delete(o.entries, p.ID) // and its history with it
 		delete(o.seqs, p.ID)
 	}
 	return len(victims), nil

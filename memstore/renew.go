@@ -27,7 +27,7 @@ func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Tim
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(lease.DeliveryID, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.apply(lease.DeliveryID, ledger.OpRenewLease, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.Renew(lease, now, duration)
 	}), nil
 }
@@ -52,12 +52,11 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 	}
 	e, out := p.RenewClaim(claim, now, duration)
 	if out == ledger.OutcomeApplied {
-		// The claim's expiry is no index key today (claimability is checked
-		// per entry while scanning), but replace keeps that true by
-		// construction should one be added.
-		o.replace(p, e)
+		// The claim's expiry keys the index of claims (for OutboxStats);
+		// replace moves the entry in it.
+		o.replace(p, e, change{op: ledger.OpRenewClaim, worker: p.Claim.Worker})
 	} else {
-		e = *p // a call that does not apply writes, and changes, nothing
+		e = p.OutboxEntry // a call that does not apply writes, and changes, nothing
 	}
 	o.mu.Unlock()
 	return ledger.OutboxResult{Outcome: out, Entry: e.Clone()}, nil

@@ -23,6 +23,9 @@ type config struct {
 	policy     ledger.Policy
 	maxPayload int
 	clock      func() time.Time
+	// noHistory switches history recording off (WithoutHistory); the zero
+	// config records it.
+	noHistory bool
 }
 
 func newConfig(opts []Option) config {
@@ -115,6 +118,15 @@ type Store struct {
 	// holders holds Leased deliveries by agent and incarnation, for the
 	// incarnation rule of Lease.
 	holders holderIndex
+	// spent holds the offer candidates whose attempts are used up, by
+	// (AvailableAt, slot): they are in the offer indexes but never
+	// offerable, and Stats takes them off its count of due keys.
+	spent btree[slotKey]
+	// counts counts the records by state and cause, per filter, for Stats.
+	counts tallies
+	// hist holds each record's history after its creation, by slot (see
+	// history.go); nil when history is off.
+	hist [][]event
 	// fences is the highest fence accepted per target.
 	fences map[ledger.Target]*ledger.Fence
 }
@@ -198,15 +210,25 @@ func (s *Store) insert(d *ledger.Delivery) {
 	s.recs = append(s.recs, p)
 	s.records[d.ID] = slot
 	s.ids.insert(idKey(d.ID))
+	if !s.cfg.noHistory {
+		s.hist = append(s.hist, nil)
+	}
+	s.counts.move(nil, p)
 	s.reindex(slot, nil, p)
 }
 
-// replace overwrites the record in slot with d, moving it between indexes
-// first. Every transition that writes goes through here, so no change of
-// State, Target, Ceremony, AvailableAt, lease or acknowledgement can miss
-// an index. The caller holds s.mu.
-func (s *Store) replace(slot uint32, d *ledger.Delivery) {
+// replace overwrites the record in slot with d, the result of op made for
+// actor (the zero Owner: nobody in particular), moving it between indexes
+// and counts and writing its history entry first. Every transition that
+// writes goes through here, so no change of State, Target, Ceremony,
+// AvailableAt, lease or acknowledgement can miss an index, a count or the
+// history. The caller holds s.mu.
+func (s *Store) replace(slot uint32, d *ledger.Delivery, op ledger.Operation, actor ledger.Owner) {
 	p := s.recs[slot]
+	if !s.cfg.noHistory {
+		s.record(slot, op, p, d, actor)
+	}
+	s.counts.move(p, d)
 	s.reindex(slot, p, d)
 	*p = *d
 }
@@ -222,6 +244,14 @@ func (s *Store) reindex(slot uint32, old, d *ledger.Delivery) {
 		}
 		if isIn {
 			s.addOffer(slot, d)
+		}
+	}
+	if wasIn, isIn := spent(old), spent(d); wasIn != isIn || (wasIn && !old.AvailableAt.Equal(d.AvailableAt)) {
+		if wasIn {
+			s.spent.delete(key(old.AvailableAt, slot))
+		}
+		if isIn {
+			s.spent.insert(key(d.AvailableAt, slot))
 		}
 	}
 	if wasIn, isIn := leased(old), leased(d); wasIn != isIn || (wasIn &&

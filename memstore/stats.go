@@ -1,0 +1,312 @@
+package memstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Compile-time checks that both stores report stats.
+var (
+	_ ledger.StatsReporter       = (*Store)(nil)
+	_ ledger.OutboxStatsReporter = (*Outbox)(nil)
+)
+
+// Stats is cheap because nothing in it scans the records. The counts by
+// state and cause are kept up to date where records are inserted, replaced
+// and purged (tallies), overall and per target, ceremony and pair of both,
+// so that every filter reads its own. Depth and the oldest offerable
+// delivery come from the offer indexes, which hold exactly the Offered and
+// Leased deliveries by AvailableAt (for a Leased one, its lease's expiry):
+// each of their keys due at now is offerable unless its attempts are used
+// up, and those are kept apart in the spent index.
+
+// tally counts deliveries by state and Expired ones by the kind of their
+// cause.
+type tally struct {
+	total  int64
+	states [len(deliveryStates)]int64 // by stateCode
+	causes map[ledger.CauseKind]int64
+}
+
+// add counts d n more times (n is 1 or -1).
+func (c *tally) add(d *ledger.Delivery, n int64) {
+	c.total += n
+	c.states[stateCode(string(d.State))] += n
+	if d.State != ledger.DeliveryStateExpired || d.Cause == nil {
+		return
+	}
+	if c.causes == nil {
+		c.causes = make(map[ledger.CauseKind]int64)
+	}
+	if c.causes[d.Cause.Kind] += n; c.causes[d.Cause.Kind] == 0 {
+		delete(c.causes, d.Cause.Kind) // caller-chosen kinds must not pile up
+	}
+}
+
+// pair is a (target, ceremony) filter.
+type pair struct {
+	target   ledger.Target
+	ceremony ledger.CeremonyID
+}
+
+// tallies counts a Store's deliveries overall and per filter. A group's
+// tally is dropped when its last delivery leaves it, so that names that
+// never come back do not accumulate.
+type tallies struct {
+	all        tally
+	byTarget   map[ledger.Target]*tally
+	byCeremony map[ledger.CeremonyID]*tally
+	byPair     map[pair]*tally
+}
+
+// move counts the change of a record from old to d; nil stands for no
+// record (an insert, or a purge).
+func (ts *tallies) move(old, d *ledger.Delivery) {
+	if old != nil && d != nil && old.Target == d.Target && old.Ceremony == d.Ceremony {
+		// Nearly every transition: one lookup per group, and none at all
+		// when the state stays (the cause changes only with it).
+		if old.State == d.State {
+			return
+		}
+		ts.all.add(old, -1)
+		ts.all.add(d, 1)
+		for _, c := range ts.groups(d, false) {
+			if c != nil {
+				c.add(old, -1)
+				c.add(d, 1)
+			}
+		}
+		return
+	}
+	if old != nil {
+		ts.all.add(old, -1)
+		for i, c := range ts.groups(old, false) {
+			if c != nil {
+				c.add(old, -1)
+				if c.total == 0 {
+					ts.drop(i, old)
+				}
+			}
+		}
+	}
+	if d != nil {
+		ts.all.add(d, 1)
+		for _, c := range ts.groups(d, true) {
+			if c != nil {
+				c.add(d, 1)
+			}
+		}
+	}
+}
+
+// groups returns d's tallies by target, by ceremony and by pair (the last
+// two nil for a delivery without ceremony), creating missing ones when
+// create is set; otherwise a missing one is nil.
+func (ts *tallies) groups(d *ledger.Delivery, create bool) [3]*tally {
+	var out [3]*tally
+	out[0] = lookup(&ts.byTarget, d.Target, create)
+	if d.Ceremony != "" {
+		out[1] = lookup(&ts.byCeremony, d.Ceremony, create)
+		out[2] = lookup(&ts.byPair, pair{d.Target, d.Ceremony}, create)
+	}
+	return out
+}
+
+// drop deletes group i (as groups numbers them) of d.
+func (ts *tallies) drop(i int, d *ledger.Delivery) {
+	switch i {
+	case 0:
+		delete(ts.byTarget, d.Target)
+	case 1:
+		delete(ts.byCeremony, d.Ceremony)
+	case 2:
+		delete(ts.byPair, pair{d.Target, d.Ceremony})
+	}
+}
+
+func lookup[N comparable](m *map[N]*tally, name N, create bool) *tally {
+	c := (*m)[name]
+	if c == nil && create {
+		if *m == nil {
+			*m = make(map[N]*tally)
+		}
+		c = &tally{}
+		(*m)[name] = c
+	}
+	return c
+}
+
+// of returns the tally of filter; nil when nothing matches it.
+func (ts *tallies) of(f ledger.StatsFilter) *tally {
+	switch {
+	case f.Target != "" && f.Ceremony != "":
+		return ts.byPair[pair{f.Target, f.Ceremony}]
+	case f.Target != "":
+		return ts.byTarget[f.Target]
+	case f.Ceremony != "":
+		return ts.byCeremony[f.Ceremony]
+	}
+	return &ts.all
+}
+
+// spent reports whether d belongs in the spent index: an offer candidate
+// whose attempts are used up, which Lease skips and Expire ends.
+func spent(d *ledger.Delivery) bool {
+	return candidate(d) && d.Attempts >= d.Policy.MaxAttempts
+}
+
+// Stats counts the deliveries matching filter: by state, Expired ones by
+// cause, and those Lease could hand out at now (Depth), with the oldest
+// AvailableAt among them and its lag. The numbers are the ones
+// ledger.DeliveryStats.Count gives over every matching record, one
+// consistent snapshot under the store's lock.
+//
+// Cost, for n records: the counts are kept as records change, so reading
+// them is O(1). Depth counts the due keys of the filter's offer index a
+// node at a time, O(log n + k/31) for k offerable deliveries, less the due
+// ones whose attempts are used up (one step each, and Expire ends them);
+// the oldest is the first offerable key. A filter on both a target and a
+// ceremony has no index of its own: it walks the ceremony's due keys one
+// by one, O(k) for its k due deliveries. Errors: ErrInvalid, ctx.Err().
+func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.Time) (ledger.DeliveryStats, error) {
+	if err := begin(ctx, ledger.ValidateStats(filter, now)); err != nil {
+		return ledger.DeliveryStats{}, err
+	}
+	now = ledger.Normalize(now)
+	st := ledger.NewDeliveryStats()
+	s.mu.Lock()
+	if c := s.counts.of(filter); c != nil {
+		for code, n := range c.states[1:] {
+			st.ByState[ledger.DeliveryState(deliveryStates[code+1])] = n
+		}
+		for kind, n := range c.causes {
+			st.ByCause[kind] = n
+		}
+	}
+	st.Depth, st.OldestAvailableAt = s.depth(filter, now)
+	s.mu.Unlock()
+	st.Finish(now)
+	return st, nil
+}
+
+// depth returns how many deliveries matching filter Lease could hand out
+// at now, and the oldest AvailableAt among them. The caller holds s.mu.
+func (s *Store) depth(filter ledger.StatsFilter, now time.Time) (int64, time.Time) {
+	end := now.UnixMicro()
+	var (
+		t *btree[slotKey]
+		// exact is set when every due key of t matches filter, so that
+		// the keys can be counted without looking at their records.
+		exact = true
+	)
+	switch {
+	case filter.Ceremony != "":
+		t = s.byCeremony.get(filter.Ceremony)
+		exact = filter.Target == ""
+	case filter.Target != "":
+		t = s.byTarget.get(filter.Target)
+	default:
+		t = &s.offers
+	}
+	if t == nil {
+		return 0, time.Time{}
+	}
+	var n int64
+	if exact {
+		n = int64(t.countWhile(func(k slotKey) bool { return k.at <= end }))
+		c := s.spent.first()
+		for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
+			if matches(s.recs[k.slot], filter) {
+				n--
+			}
+		}
+	}
+	var oldest time.Time
+	c := t.first()
+	for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
+		p := s.recs[k.slot]
+		if !matches(p, filter) || !p.Offerable(now) {
+			continue
+		}
+		if oldest.IsZero() {
+			oldest = p.AvailableAt // the index's order is Lease's: oldest first
+		}
+		if exact {
+			break
+		}
+		n++
+	}
+	return n, oldest
+}
+
+// matches reports whether d passes filter.
+func matches(d *ledger.Delivery, f ledger.StatsFilter) bool {
+	return (f.Target == "" || d.Target == f.Target) && (f.Ceremony == "" || d.Ceremony == f.Ceremony)
+}
+
+// OutboxStats counts the outbox entries by status, and those ClaimPending
+// or ClaimRetryReady could hand out at now (Depth), with the oldest due
+// time among them (ledger.OutboxEntry.DueAt) and its lag: the numbers
+// ledger.OutboxStats.Count gives over every entry.
+//
+// Cost, for n entries: the counts by status are kept as entries change,
+// O(1) to read. Depth is every Pending entry (an O(1) count) and every
+// scheduled entry due at now (counted a node at a time, O(log n + k/31)),
+// less those held by a claim still in force, one step per such claim. The
+// oldest due time walks each index from its start and stops once no later
+// entry can be older: at the latest just past the first unclaimed entry,
+// so one step per claimed entry ahead of it. Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
+	if err := begin(ctx, ledger.ValidateOutboxStats(now)); err != nil {
+		return ledger.OutboxStats{}, err
+	}
+	now = ledger.Normalize(now)
+	end := now.UnixMicro()
+	st := ledger.NewOutboxStats()
+	o.mu.Lock()
+	for code, n := range o.counts[1:] {
+		st.ByStatus[ledger.OutboxStatus(outboxStatuses[code+1])] = n
+	}
+	pending := int64(o.pending.Len())
+	retry := int64(o.scheduled.countWhile(func(k timeKey) bool { return k.at <= end }))
+	// Claims still in force hold back entries that would be due otherwise.
+	c := o.claimed.seek(timeKey{at: end + 1})
+	for k, ok := c.next(); ok; k, ok = c.next() {
+		switch p := o.entries[ledger.OutboxEntryID(k.id)]; {
+		case p.Status == ledger.OutboxStatusPending:
+			pending--
+		case p.RetryReady(now):
+			retry--
+		}
+	}
+	st.Depth = pending + retry
+	// An entry is due no earlier than its key's time (CreatedAt, or
+	// NextAttemptAt), so each walk stops at the first key not older than
+	// the best due time found.
+	oldest := func(at int64, p *entry) bool {
+		if !st.OldestDueAt.IsZero() && at >= st.OldestDueAt.UnixMicro() {
+			return false
+		}
+		if due, ok := p.DueAt(now); ok && (st.OldestDueAt.IsZero() || due.Before(st.OldestDueAt)) {
+			st.OldestDueAt = due
+		}
+		return true
+	}
+	pc := o.pending.first()
+	for k, ok := pc.next(); ok; k, ok = pc.next() {
+		if !oldest(k.at, o.entries[ledger.OutboxEntryID(k.id)]) {
+			break
+		}
+	}
+	sc := o.scheduled.first()
+	for k, ok := sc.next(); ok && k.at <= end; k, ok = sc.next() {
+		if !oldest(k.at, o.entries[ledger.OutboxEntryID(k.id)]) {
+			break
+		}
+	}
+	o.mu.Unlock()
+	st.Finish(now)
+	return st, nil
+}

@@ -1,0 +1,217 @@
+package ledger
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewStatsHaveEveryStateAtZero(t *testing.T) {
+	d := NewDeliveryStats()
+	require.Len(t, d.ByState, len(DeliveryStates()))
+	for _, st := range DeliveryStates() {
+		n, ok := d.ByState[st]
+		assert.True(t, ok, "%s present", st)
+		assert.Zero(t, n)
+	}
+	assert.NotNil(t, d.ByCause)
+	assert.Empty(t, d.ByCause)
+	o := NewOutboxStats()
+	require.Len(t, o.ByStatus, len(OutboxStatuses()))
+	for _, st := range OutboxStatuses() {
+		_, ok := o.ByStatus[st]
+		assert.True(t, ok, "%s present", st)
+	}
+}
+
+// statsDeliveries returns deliveries in every situation Count tells apart,
+// all enqueued at t0 with two attempts.
+func statsDeliveries(t *testing.T) map[string]Delivery {
+	t.Helper()
+	policy := Policy{MaxAttempts: 2, AckWindow: time.Minute}
+	mk := func(id DeliveryID, avail time.Time) Delivery {
+		return NewDelivery(EnqueueRequest{ID: id, Target: "host-1", Policy: policy, AvailableAt: avail}, DefaultPolicy(), t0)
+	}
+	leased, lease := mk("leased", time.Time{}).Grant(ownerA, "tok", t0, time.Minute)
+	// On its last attempt: once its lease runs out it is not offerable.
+	spent, _ := mk("spent", time.Time{}).Grant(ownerA, "tok", t0, time.Minute)
+	spent.Attempts = spent.Policy.MaxAttempts
+	acked, o := leased.Acknowledge(lease, "", t0)
+	require.Equal(t, OutcomeApplied, o)
+	expired, o := mk("expired", time.Time{}).Abandon(Cause{Kind: CauseQueueBounded}, t0)
+	require.Equal(t, OutcomeApplied, o)
+	failed, o := leased.MarkFailed(lease, FailureReason{Permanent: true}, t0)
+	require.Equal(t, OutcomeApplied, o)
+	return map[string]Delivery{
+		"now":     mk("now", t0),
+		"later":   mk("later", t0.Add(time.Hour)),
+		"leased":  leased,
+		"spent":   spent,
+		"acked":   acked,
+		"expired": expired,
+		"failed":  failed,
+	}
+}
+
+func TestDeliveryStatsCount(t *testing.T) {
+	all := statsDeliveries(t)
+	for _, c := range []struct {
+		name   string
+		now    time.Time
+		depth  int64
+		oldest time.Time
+	}{
+		{"NothingDueBeforeTheFirstOffer", t0.Add(-time.Second), 0, time.Time{}},
+		{"OfferedNow", t0, 1, t0},
+		{"LeasesHeld", t0.Add(59 * time.Second), 1, t0},
+		{"ExpiredLeaseIsOfferableButNotTheSpentOne", t0.Add(time.Minute), 2, t0},
+		{"ScheduledLaterComesDue", t0.Add(time.Hour), 3, t0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewDeliveryStats()
+			for _, d := range all {
+				s.Count(&d, c.now)
+			}
+			s.Finish(c.now)
+			assert.Equal(t, map[DeliveryState]int64{
+				DeliveryStateOffered: 2, DeliveryStateLeased: 2, DeliveryStateAcknowledged: 1,
+				DeliveryStateProcessed: 0, DeliveryStateFailed: 1, DeliveryStateExpired: 1,
+			}, s.ByState)
+			assert.Equal(t, map[CauseKind]int64{CauseQueueBounded: 1}, s.ByCause)
+			assert.Equal(t, c.depth, s.Depth)
+			assert.Equal(t, c.oldest, s.OldestAvailableAt)
+			if c.depth == 0 {
+				assert.Zero(t, s.Lag, "no lag when nothing is due")
+			} else {
+				assert.Equal(t, c.now.Sub(c.oldest), s.Lag)
+			}
+		})
+	}
+}
+
+func TestDeliveryStatsOldestIsTheEarliest(t *testing.T) {
+	all := statsDeliveries(t)
+	now := t0.Add(2 * time.Hour)
+	s := NewDeliveryStats()
+	// Counted latest first: the oldest must still win.
+	for _, name := range []string{"later", "leased", "now"} {
+		d := all[name]
+		s.Count(&d, now)
+	}
+	s.Finish(now)
+	assert.Equal(t, int64(3), s.Depth)
+	assert.Equal(t, t0, s.OldestAvailableAt)
+	assert.Equal(t, 2*time.Hour, s.Lag)
+}
+
+func TestFinishNormalisesNow(t *testing.T) {
+	d := statsDeliveries(t)["now"]
+	now := t0.Add(time.Second + 999*time.Nanosecond).In(time.FixedZone("east", 3600))
+	s := NewDeliveryStats()
+	s.Count(&d, now)
+	s.Finish(now)
+	assert.Equal(t, time.Second, s.Lag, "the lag is counted in whole microseconds, whatever the zone")
+	// At the oldest instant itself, nothing has waited yet.
+	s = NewDeliveryStats()
+	s.Count(&d, t0)
+	s.Finish(t0)
+	assert.Equal(t, int64(1), s.Depth)
+	assert.Zero(t, s.Lag)
+}
+
+func TestOutboxEntryDueAt(t *testing.T) {
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	pending := newEntry() // created at t0
+	claimed, claim := pending.Grant("w1", "tok", at(time.Second), time.Minute)
+	next := at(time.Hour)
+	retry, o := claimed.MarkClaimFailed(claim, EmissionError{Message: "busy"}, &next, at(2*time.Second))
+	require.Equal(t, OutcomeApplied, o)
+	retryClaimed, _ := retry.Grant("w1", "tok-2", next, time.Minute)
+	deferredIn := pending
+	deferredIn.Status, deferredIn.NextAttemptAt = OutboxStatusDeferred, at(30*time.Minute)
+	deferred, err := pending.Save(deferredIn, t0)
+	require.NoError(t, err)
+	ended, err := pending.MarkDelivered(EmissionResult{}, t0)
+	require.NoError(t, err)
+	early := pending
+	early.CreatedAt = at(5 * time.Minute) // created later than the claim below runs out
+	earlyClaimed, _ := early.Grant("w1", "tok-3", t0, time.Minute)
+
+	for _, c := range []struct {
+		name string
+		e    OutboxEntry
+		now  time.Time
+		due  time.Time
+		ok   bool
+	}{
+		{"PendingIsDueFromItsCreation", pending, t0, t0, true},
+		{"PendingIsDueEvenBeforeItsCreation", pending, at(-time.Hour), t0, true},
+		{"ClaimInForce", claimed, at(time.Second), time.Time{}, false},
+		{"ClaimRunOutIsDueFromItsExpiry", claimed, at(time.Hour), claim.ExpiresAt, true},
+		{"ClaimRunOutBeforeTheCreation", earlyClaimed, at(time.Hour), at(5 * time.Minute), true},
+		{"RetryNotYet", retry, next.Add(-time.Microsecond), time.Time{}, false},
+		{"RetryDue", retry, next, next, true},
+		{"RetryClaimInForce", retryClaimed, next, time.Time{}, false},
+		{"RetryClaimRunOut", retryClaimed, next.Add(time.Hour), next.Add(time.Minute), true},
+		{"DeferredDue", deferred, at(30 * time.Minute), at(30 * time.Minute), true},
+		{"Ended", ended, at(time.Hour), time.Time{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			due, ok := c.e.DueAt(c.now)
+			assert.Equal(t, c.ok, ok)
+			assert.Equal(t, c.due, due)
+			s := NewOutboxStats()
+			s.Count(&c.e, c.now)
+			s.Finish(c.now)
+			assert.Equal(t, int64(1), s.ByStatus[c.e.Status])
+			if !c.ok {
+				assert.Zero(t, s.Depth)
+				assert.True(t, s.OldestDueAt.IsZero())
+				assert.Zero(t, s.Lag, "no lag when nothing is due")
+				return
+			}
+			assert.Equal(t, int64(1), s.Depth)
+			assert.Equal(t, c.due, s.OldestDueAt)
+			want := time.Duration(0)
+			if c.now.After(c.due) {
+				want = c.now.Sub(c.due)
+			}
+			assert.Equal(t, want, s.Lag)
+		})
+	}
+}
+
+func TestOutboxStatsOldestIsTheEarliest(t *testing.T) {
+	a := newEntry()
+	b := NewOutboxEntry(Envelope{Provider: "p", Kind: "k", IdempotencyKey: "k2"}, t0.Add(time.Minute))
+	now := t0.Add(time.Hour)
+	s := NewOutboxStats()
+	s.Count(&b, now)
+	s.Count(&a, now)
+	s.Finish(now)
+	assert.Equal(t, int64(2), s.Depth)
+	assert.Equal(t, t0, s.OldestDueAt)
+	assert.Equal(t, time.Hour, s.Lag)
+	assert.Equal(t, int64(2), s.ByStatus[OutboxStatusPending])
+}
+
+func TestValidateStats(t *testing.T) {
+	assert.NoError(t, ValidateStats(StatsFilter{}, t0))
+	assert.NoError(t, ValidateStats(StatsFilter{Target: "host-1", Ceremony: "cer-1"}, t0))
+	for _, c := range []struct {
+		f   StatsFilter
+		now time.Time
+	}{
+		{StatsFilter{}, time.Time{}},
+		{StatsFilter{Target: "bad\n"}, t0},
+		{StatsFilter{Ceremony: "bad\xff"}, t0},
+		{StatsFilter{}, MaxTime().Add(time.Second)},
+	} {
+		err := ValidateStats(c.f, c.now)
+		assert.ErrorIs(t, err, ErrInvalid, "%+v at %s", c.f, c.now)
+	}
+	assert.NoError(t, ValidateOutboxStats(t0))
+	assert.ErrorIs(t, ValidateOutboxStats(time.Time{}), ErrInvalid)
+}
