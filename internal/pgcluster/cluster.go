@@ -199,6 +199,11 @@ func (c *Cluster) Stop() error {
 // next start goes through crash recovery, as after a power loss of the
 // server process (though not of the OS: written WAL is in the page cache).
 // The data directory is kept for Restart.
+//
+// A crash loses the commits the server had acknowledged but not yet
+// flushed when synchronous_commit is off, as Options.Fast sets it: a test
+// that checks what survives a crash must start its cluster with
+// synchronous_commit on.
 func (c *Cluster) Crash() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
