@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaseledger/ledger/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// runJSON runs the program in-process with cfg and returns its report,
+// decoded from the -json document, and what it wrote to stderr.
+func runJSON(t *testing.T, cfg config) (report, string) {
+	t.Helper()
+	cfg.json = true
+	var out, progress bytes.Buffer
+	require.NoError(t, run(context.Background(), cfg, &out, &progress), progress.String())
+	var rep report
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	return rep, progress.String()
+}
+
+// value returns the figure of w named name, failing the test when the
+// report lacks it.
+func value(t *testing.T, rep report, w workloadName, name string) figure {
+	t.Helper()
+	for _, f := range rep.Figures {
+		if f.Workload == w && f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("report has no %s / %q: %+v", w, name, rep.Figures)
+	return figure{}
+}
+
+func TestRunInMemory(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.items, cfg.workers, cfg.duration, cfg.memoryItems = 200, 4, time.Second, 2000
+	cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain, workloadCompletions, workloadSteady, workloadMemory}
+	rep, progress := runJSON(t, cfg)
+
+	assert.Equal(t, storeMem, rep.Store)
+	assert.Nil(t, rep.Ceilings)
+	assert.Equal(t, 200.0, value(t, rep, workloadDeliveryDrain, "items enqueued and processed").Value)
+	assert.Equal(t, 200.0, value(t, rep, workloadOutboxDrain, "entries enqueued and delivered").Value)
+	assert.Equal(t, 200.0, value(t, rep, workloadCompletions, "items completed").Value)
+	for _, f := range []figure{
+		value(t, rep, workloadDeliveryDrain, "enqueue (EnqueueBatch)"),
+		value(t, rep, workloadDeliveryDrain, "drain: lease, acknowledge, processed"),
+		value(t, rep, workloadOutboxDrain, "drain: claim, delivered"),
+		value(t, rep, workloadCompletions, "completion calls (acknowledge, processed)"),
+	} {
+		assert.Positive(t, f.Value, f.Name)
+		assert.Nil(t, f.CeilingRatio, "no ceilings in memory: %s", f.Name)
+	}
+	// Targets stated against a ceiling cannot be judged in memory.
+	assert.Equal(t, verdictNA, value(t, rep, workloadDeliveryDrain, "drain: lease, acknowledge, processed").Verdict)
+	assert.Equal(t, verdictNA, value(t, rep, workloadCompletions, "completion calls (acknowledge, processed)").Verdict)
+
+	// About a second at 1,000 items/s: most of what was offered completes,
+	// and nothing completes before it was due.
+	completed := value(t, rep, workloadSteady, "completed").Value
+	assert.Greater(t, completed, 500.0)
+	assert.Less(t, completed, 1500.0)
+	p50 := value(t, rep, workloadSteady, "enqueue to completion p50")
+	p99 := value(t, rep, workloadSteady, "enqueue to completion p99")
+	assert.Positive(t, p50.Value)
+	assert.GreaterOrEqual(t, p99.Value, p50.Value)
+	assert.Contains(t, []verdict{verdictPass, verdictFail}, p50.Verdict, "judged at 1,000 items/s")
+
+	assert.Equal(t, 2000.0, value(t, rep, workloadMemory, "open deliveries held").Value)
+	heap := value(t, rep, workloadMemory, "heap in use")
+	assert.Positive(t, heap.Value)
+	assert.Equal(t, verdictNA, heap.Verdict, "the heap target is stated for a million")
+	// Each delivery holds at least its 256-byte payload.
+	assert.Greater(t, value(t, rep, workloadMemory, "heap growth per delivery").Value, 256.0)
+
+	assert.Contains(t, progress, "delivery-drain: enqueue: 200/200")
+	assert.Contains(t, progress, "steady: completed:")
+}
+
+func TestTableReport(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.store, cfg.workloads = storePG, []workloadName{workloadDeliveryDrain}
+	rep := newReport(cfg, "PostgreSQL test")
+	rep.setCeilings(&ceilings{Workers: 8, Seconds: 5, UpdateTxnPerSec: 2000, UpdateTxnMillis: 4, BatchedRowsPerSec: 50_000})
+	rep.add(workloadDeliveryDrain, "drain", 7000, "items/s", ceilingRows, atLeastCeiling(0.12, ceilingRows).when(true, "at 8 workers"))
+	rep.add(workloadCompletions, "calls", 5000, "calls/s", ceilingTxn, atLeastCeiling(3, ceilingTxn))
+	rep.add(workloadSteady, "p50", 6, "ms", ceilingTxnTime, below(20, "ms").when(false, "at 1,000 items/s"))
+	var out bytes.Buffer
+	require.NoError(t, rep.write(&out, false))
+	lines := strings.Split(out.String(), "\n")
+	row := func(prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		t.Fatalf("no row %q in\n%s", prefix, out.String())
+		return ""
+	}
+	assert.Equal(t, "delivery-drain drain 7000 items/s 0.14x (ii) >= 0.12x ceiling (ii) at 8 workers PASS", row("delivery-drain"))
+	assert.Equal(t, "completions calls 5000 calls/s 2.50x (i) >= 3.00x ceiling (i) FAIL", row("completions"))
+	assert.Equal(t, "steady p50 6.00 ms 1.50x (i time) < 20 ms at 1,000 items/s n/a", row("steady"))
+}
+
+func TestParseFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, err := parseFlags([]string{"-store", "pg", "-workload", "a, d,ceilings", "-items", "500"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, []workloadName{workloadCeilings, workloadDeliveryDrain, workloadScale}, cfg.workloads)
+	assert.Equal(t, 500, cfg.memoryItems, "-items below a million sizes the memory workload too")
+
+	cfg, err = parseFlags(nil, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, defaultMemoryItems, cfg.memoryItems)
+	assert.NotContains(t, cfg.workloads, workloadSnapshot, "all leaves out what memory cannot run")
+	assert.NotContains(t, cfg.workloads, workloadCeilings)
+	assert.Contains(t, cfg.workloads, workloadMemory)
+
+	cfg, err = parseFlags([]string{"-store", "pg"}, &stderr)
+	require.NoError(t, err)
+	assert.Contains(t, cfg.workloads, workloadSnapshot)
+	assert.NotContains(t, cfg.workloads, workloadMemory)
+
+	for _, args := range [][]string{
+		{"-workload", "snapshot"},
+		{"-store", "pg", "-workload", "memory"},
+		{"-workload", "z"},
+		{"-store", "oracle"},
+		{"-batch", "1001"},
+		{"-dsn", "postgres://x"},
+		{"-scale-max", "10"},
+	} {
+		_, err := parseFlags(args, &stderr)
+		assert.Error(t, err, "%q", args)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ds := []time.Duration{5 * time.Millisecond, time.Millisecond, 3 * time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
+	assert.Equal(t, 3.0, percentile(ds, 50))
+	assert.Equal(t, 1.0, percentile(ds, 0))
+	assert.Equal(t, 5.0, percentile(ds, 100))
+	assert.Zero(t, percentile(nil, 50))
+}
+
+// TestRunOnPostgreSQL runs every PostgreSQL workload with tiny sizes on
+// the test database and checks the figures, the ceilings and that the run
+// leaves no schema behind.
+func TestRunOnPostgreSQL(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.store, cfg.dsn = storePG, pgtest.DSN(t)
+	cfg.items, cfg.workers, cfg.batch = 200, 4, 50
+	cfg.ceilingDuration, cfg.duration, cfg.snapshotDuration = 500*time.Millisecond, time.Second, 2*time.Second
+	cfg.rate, cfg.scaleMax, cfg.scaleCalls = 200, 2000, 20
+	cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain, workloadSteady, workloadScale, workloadSnapshot}
+	rep, _ := runJSON(t, cfg)
+
+	require.NotNil(t, rep.Ceilings)
+	assert.Positive(t, rep.Ceilings.UpdateTxnPerSec)
+	assert.Positive(t, rep.Ceilings.BatchedRowsPerSec)
+	assert.Equal(t, 4, rep.Ceilings.Workers)
+	assert.Contains(t, rep.Server, "PostgreSQL")
+
+	assert.Equal(t, 200.0, value(t, rep, workloadDeliveryDrain, "items enqueued and processed").Value)
+	assert.Equal(t, 200.0, value(t, rep, workloadOutboxDrain, "entries enqueued and delivered").Value)
+	drain := value(t, rep, workloadDeliveryDrain, "drain: lease, acknowledge, processed")
+	require.NotNil(t, drain.CeilingRatio)
+	assert.InDelta(t, drain.Value/rep.Ceilings.BatchedRowsPerSec, *drain.CeilingRatio, 1e-9)
+	assert.Equal(t, verdictNA, drain.Verdict, "the drain targets are stated for 8 workers")
+
+	assert.Positive(t, value(t, rep, workloadSteady, "completed").Value)
+	assert.Positive(t, value(t, rep, workloadSteady, "client heap in use at end").Value)
+
+	for _, n := range []string{"20", "200", "2000"} {
+		assert.Positive(t, value(t, rep, workloadScale, "lease 1 beside "+n+" terminal").Value)
+		assert.Positive(t, value(t, rep, workloadScale, "claim 1 beside "+n+" terminal").Value)
+	}
+	assert.Contains(t, []verdict{verdictPass, verdictFail}, value(t, rep, workloadScale, "lease latency, 2000 over 20").Verdict)
+
+	value(t, rep, workloadSnapshot, "lease (granting) p50, last tenth")
+	value(t, rep, workloadSnapshot, "dead tuples in deliveries at end")
+
+	var left int
+	pool := pgtest.Pool(t)
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname LIKE 'ledgerbench\_%'`).Scan(&left))
+	assert.Zero(t, left, "the run drops every schema it made")
+}
