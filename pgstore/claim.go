@@ -70,11 +70,14 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			if err != nil {
 				return false, err
 			}
-			if seqs == nil {
-				b.Queue(s.q.insertEntry, pointers(r.columns())...)
-			} else {
-				b.Queue(s.q.insertEntryAt, append(pointers(r.columns()), seqs[id])...)
+			args := pointers(r.columns())
+			if seqs != nil {
+				args = append(args, seqs[id])
 			}
+			if !s.cfg.noHistory {
+				args = append(args, historyArgs(entryCreationOf(records[id]))...)
+			}
+			b.Queue(o.insertSQL(seqs != nil), args...)
 		}
 		inserted, err := execBatch(ctx, tx, b)
 		if err != nil {
@@ -121,6 +124,21 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		return nil, err
 	}
 	return results, nil
+}
+
+// insertSQL returns the INSERT of an entry: with an explicit enqueue_seq
+// or not, writing its creation entry into the history or not.
+func (o *Outbox) insertSQL(withSeq bool) string {
+	q, logged := o.s.q, !o.s.cfg.noHistory
+	switch {
+	case withSeq && logged:
+		return q.insertEntryAtLogged
+	case withSeq:
+		return q.insertEntryAt
+	case logged:
+		return q.insertEntryLogged
+	}
+	return q.insertEntry
 }
 
 // enqueueSeqs returns the enqueue_seq to insert each of ids with (the
@@ -173,7 +191,7 @@ func (o *Outbox) Save(ctx context.Context, entry ledger.OutboxEntry) (ledger.Out
 	if err := o.s.check(ctx, ledger.ValidateSave(entry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.base(ctx, "save", entry.ID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.base(ctx, "save", how{op: ledger.OpSave}, entry.ID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.Save(entry, now)
 	})
 }
@@ -238,7 +256,7 @@ func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, res
 	if err := o.s.check(ctx, ledger.ValidateMarkDelivered(id, result)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.base(ctx, "mark delivered", id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.base(ctx, "mark delivered", how{op: ledger.OpMarkDelivered}, id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.MarkDelivered(result, now)
 	})
 }
@@ -249,7 +267,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, id ledger.OutboxEntryID, emissi
 	if err := o.s.check(ctx, ledger.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.base(ctx, "mark failed", id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.base(ctx, "mark failed", how{op: ledger.OpMarkFailed}, id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.MarkFailed(emissionErr, nextRetry, now)
 	})
 }
@@ -259,7 +277,7 @@ func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, 
 	if err := o.s.check(ctx, ledger.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return o.base(ctx, "mark dead lettered", id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
+	return o.base(ctx, "mark dead lettered", how{op: ledger.OpMarkDeadLettered}, id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
 		return e.MarkDeadLettered(emissionErr, reason, now)
 	})
 }
@@ -267,9 +285,9 @@ func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, 
 // base runs a base-contract transition on the locked entry id, stamped
 // with the store's clock: ErrNotFound when there is none, the state
 // machine's error (ErrConflict), and a write only when the entry changed
-// (a repeat of the completion that ended it changes nothing). On any
-// error it returns the zero entry.
-func (o *Outbox) base(ctx context.Context, op string, id ledger.OutboxEntryID, step func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error)) (ledger.OutboxEntry, error) {
+// (a repeat of the completion that ended it changes nothing), recorded as
+// made by h. On any error it returns the zero entry.
+func (o *Outbox) base(ctx context.Context, op string, h how, id ledger.OutboxEntryID, step func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error)) (ledger.OutboxEntry, error) {
 	s := o.s
 	var out ledger.OutboxEntry
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
@@ -290,7 +308,7 @@ func (o *Outbox) base(ctx context.Context, op string, id ledger.OutboxEntryID, s
 			return false, nil
 		}
 		out = e
-		return true, s.writeEntry(ctx, tx, old.Version, e)
+		return true, s.writeEntry(ctx, tx, entryChangeOf(h, old, e))
 	})
 	if err != nil {
 		return ledger.OutboxEntry{}, err
@@ -338,7 +356,8 @@ func pendingBefore(a, b claimedRow) bool {
 func retryBefore(a, b claimedRow) bool { return a.Entry.RetryBefore(b.Entry) }
 
 // claim runs a claim statement (ledger.OutboxEntry.Grant in SQL, see
-// outboxGrantSet) and returns the claims in the order less gives.
+// outboxGrantSet), records the claims in the history, and returns them in
+// the order less gives.
 func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest, less func(a, b claimedRow) bool) ([]ledger.ClaimedEntry, error) {
 	s := o.s
 	now := ledger.Normalize(req.Now)
@@ -354,10 +373,12 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 			return false, err
 		}
 		defer rows.Close()
+		var hist historyRows
 		for rows.Next() {
-			var r outboxRow
+			var r, was outboxRow
 			var seq int64
-			if err := rows.Scan(append(pointers(r.columns()), &seq)...); err != nil {
+			wasCols := was.columns()
+			if err := rows.Scan(append(append(pointers(r.columns()), &seq), pointersAt(wasCols, outboxGrantIndexes)...)...); err != nil {
 				return false, err
 			}
 			e := r.entry()
@@ -365,8 +386,21 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 				return false, errRowChanged
 			}
 			out = append(out, claimedRow{ClaimedEntry: ledger.ClaimedEntry{Claim: *e.Claim, Entry: e}, seq: seq})
+			if !s.cfg.noHistory {
+				// The entry as it was: the new one with the columns the
+				// claim wrote taken back.
+				old := r
+				overlay(old.columns(), wasCols, outboxGrantIndexes)
+				hist.add(string(e.ID), entryChangeOf(how{op: ledger.OpClaim, actor: req.Worker}, old.entry(), e).t)
+			}
 		}
 		if err := rows.Err(); err != nil {
+			return false, err
+		}
+		rows.Close() // before the next statement on tx
+		b := &pgx.Batch{}
+		hist.queue(b, s.q.insertEntryHistory)
+		if _, err := execBatch(ctx, tx, b); err != nil {
 			return false, err
 		}
 		return len(out) > 0, nil
@@ -393,8 +427,8 @@ type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, l
 
 // completeClaim runs apply on the locked entry of claim, stamped with the
 // store's clock: OutcomeNotFound when there is none, a write only on
-// OutcomeApplied.
-func (o *Outbox) completeClaim(ctx context.Context, op string, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
+// OutcomeApplied, recorded as made by h.
+func (o *Outbox) completeClaim(ctx context.Context, op string, h how, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
 	s := o.s
 	var res ledger.OutboxResult
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
@@ -413,7 +447,7 @@ func (o *Outbox) completeClaim(ctx context.Context, op string, claim ledger.Clai
 			return false, nil
 		}
 		res = ledger.OutboxResult{Outcome: outcome, Entry: e}
-		return true, s.writeEntry(ctx, tx, old.Version, e)
+		return true, s.writeEntry(ctx, tx, entryChangeOf(h, old, e))
 	})
 	if err != nil {
 		return ledger.OutboxResult{}, err
@@ -427,7 +461,7 @@ func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, res
 	if err := o.s.check(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "mark claim delivered", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.completeClaim(ctx, "mark claim delivered", how{op: ledger.OpMarkDelivered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimDelivered(claim, result, now)
 	})
 }
@@ -438,7 +472,7 @@ func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissi
 	if err := o.s.check(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "mark claim failed", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.completeClaim(ctx, "mark claim failed", how{op: ledger.OpMarkFailed, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
 	})
 }
@@ -449,18 +483,19 @@ func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, 
 	if err := o.s.check(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "mark claim dead lettered", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.completeClaim(ctx, "mark claim dead lettered", how{op: ledger.OpMarkDeadLettered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
 	})
 }
 
 // ReleaseClaim gives the claim back without counting the attempt (see
-// ledger.ClaimStore). reason is not stored.
+// ledger.ClaimStore). reason is not stored in the entry; it is the reason
+// of the call's history entry.
 func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
 	if err := o.s.check(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "release claim", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.completeClaim(ctx, "release claim", how{op: ledger.OpReleaseClaim, actor: claim.Worker, reason: &reason}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.ReleaseClaim(claim, now)
 	})
 }
@@ -472,7 +507,7 @@ func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger
 	if err := o.s.check(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "save claim", claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return o.completeClaim(ctx, "save claim", how{op: ledger.OpSaveClaim, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.SaveClaim(claim, entry, now)
 	})
 }
@@ -490,17 +525,29 @@ func collectEntries(rows pgx.Rows) ([]ledger.OutboxEntry, error) {
 	return pgx.AppendRows([]ledger.OutboxEntry(nil), rows, func(row pgx.CollectableRow) (ledger.OutboxEntry, error) { return scanEntry(row) })
 }
 
-// writeEntry writes e back, guarded by the version read under its lock.
-func (s *Store) writeEntry(ctx context.Context, tx pgx.Tx, oldVersion int64, e ledger.OutboxEntry) error {
-	r, err := newOutboxRow(e)
+// writeEntry writes the changed entry back, guarded by the version read
+// under its lock, with its history entry and the change of the terminal
+// counts, in one round trip.
+func (s *Store) writeEntry(ctx context.Context, tx pgx.Tx, c entryChange) error {
+	r, err := newOutboxRow(c.after)
 	if err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, s.q.updateEntry, updateArgs(oldVersion, pointers(r.columns()))...)
+	b := &pgx.Batch{}
+	b.Queue(s.q.updateEntry, updateArgs(c.before.Version, pointers(r.columns()))...)
+	if !s.cfg.noHistory {
+		var hist historyRows
+		hist.add(string(c.after.ID), c.t)
+		hist.queue(b, s.q.insertEntryHistory)
+	}
+	counts := outboxCounts{}
+	counts.change(&c.before, &c.after)
+	counts.queue(b, s.q, false)
+	done, err := execBatch(ctx, tx, b)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() != 1 {
+	if !done[0] {
 		return errRowChanged
 	}
 	return nil

@@ -64,7 +64,11 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 			if err != nil {
 				return false, err
 			}
-			b.Queue(s.q.insertDelivery, pointers(r.columns())...)
+			if s.cfg.noHistory {
+				b.Queue(s.q.insertDelivery, pointers(r.columns())...)
+			} else {
+				b.Queue(s.q.insertDeliveryLogged, append(pointers(r.columns()), historyArgs(creationOf(records[id]))...)...)
+			}
 		}
 		inserted, err := execBatch(ctx, tx, b)
 		if err != nil {
@@ -123,6 +127,12 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 // statement that skips rows other callers hold, so two concurrent calls
 // never get the same delivery. Leased comes oldest AvailableAt first,
 // then by ID; Reclaimed in ID order.
+//
+// The reclaims that end deliveries (their attempts used up) change the
+// terminal counts; those rows are written last, with the history of the
+// grants, after every row lock the call waits for: a count row held while
+// waiting for a delivery another call holds could join a deadlock with
+// that call's own completion.
 func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (ledger.LeaseResult, error) {
 	if err := s.check(ctx, ledger.ValidateLease(filter, owner, now, duration, limit)); err != nil {
 		return ledger.LeaseResult{}, err
@@ -140,8 +150,10 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		if _, err := tx.Exec(ctx, s.q.advisoryXL, agentLockKey(s.cfg.schema, owner.Agent)); err != nil {
 			return false, err
 		}
+		counts := deliveryCounts{}
 		for after := ""; ; {
-			changed, last, more, err := s.sweepBatch(ctx, tx, s.q.reclaimable, after, []any{owner.Agent, owner.Incarnation},
+			changed, last, more, err := s.sweepBatch(ctx, tx, how{op: ledger.OpReclaim, actor: owner.String()}, counts,
+				s.q.reclaimable, after, []any{owner.Agent, owner.Incarnation},
 				func(d ledger.Delivery) (ledger.Delivery, bool) {
 					if !d.HeldByOtherIncarnation(owner) {
 						return d, false
@@ -157,7 +169,7 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 			}
 			after = last
 		}
-		leased, err := s.grant(ctx, tx, filter, owner, now, duration, limit)
+		leased, err := s.grant(ctx, tx, filter, owner, now, duration, limit, counts)
 		if err != nil {
 			return false, err
 		}
@@ -171,8 +183,11 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 }
 
 // grant runs the lease statement (ledger.Delivery.Grant in SQL, see
-// deliveryGrantSet) and returns the grants in delivery order.
-func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) ([]ledger.LeasedDelivery, error) {
+// deliveryGrantSet), records the grants in the history, writes the
+// changes of the terminal counts the reclaims before it collected in
+// counts (grants change none), and returns the grants in delivery order.
+func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int,
+	counts deliveryCounts) ([]ledger.LeasedDelivery, error) {
 	tokens := make([]string, limit)
 	for i := range tokens {
 		tokens[i] = string(ledger.NewToken())
@@ -197,11 +212,11 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	}
 	defer rows.Close()
 	var out []ledger.LeasedDelivery
-	var before []ledger.Delivery // each grant as it was offered, for the order
+	var before []ledger.Delivery // each grant as it was offered
 	for rows.Next() {
-		var r deliveryRow
-		var wasAvailable time.Time
-		if err := rows.Scan(append(pointers(r.columns()), &wasAvailable)...); err != nil {
+		var r, was deliveryRow
+		wasCols := was.columns()
+		if err := rows.Scan(append(pointers(r.columns()), pointersAt(wasCols, deliveryGrantIndexes)...)...); err != nil {
 			return nil, err
 		}
 		d := r.delivery()
@@ -209,9 +224,31 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 			return nil, errRowChanged
 		}
 		out = append(out, ledger.LeasedDelivery{Lease: *d.Lease, Delivery: d})
-		before = append(before, ledger.Delivery{ID: d.ID, AvailableAt: ledger.Normalize(wasAvailable)})
+		if s.cfg.noHistory {
+			// The order needs no more of the record as it was.
+			before = append(before, ledger.Delivery{ID: d.ID, AvailableAt: ledger.Normalize(was.AvailableAt)})
+			continue
+		}
+		// The record as it was is the new one with the columns the grant
+		// wrote taken back.
+		old := r
+		overlay(old.columns(), wasCols, deliveryGrantIndexes)
+		before = append(before, old.delivery())
 	}
 	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close() // before the next statement on tx
+	var hist historyRows
+	if !s.cfg.noHistory {
+		for i, ld := range out {
+			hist.add(string(ld.Delivery.ID), changeOf(how{op: ledger.OpLease, actor: owner.String()}, before[i], ld.Delivery).t)
+		}
+	}
+	b := &pgx.Batch{}
+	hist.queue(b, s.q.insertDeliveryHistory)
+	counts.queue(b, s.q, false)
+	if _, err := execBatch(ctx, tx, b); err != nil {
 		return nil, err
 	}
 	// UPDATE ... RETURNING has no order: restore the one the contract

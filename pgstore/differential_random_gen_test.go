@@ -83,6 +83,7 @@ var diffLedgerGens = []diffGen{
 	{3, noGrant, false, (*diffRun).opSupersede},
 	{2, noGrant, false, (*diffRun).opGet},
 	{3, noGrant, false, (*diffRun).opList},
+	{2, noGrant, false, (*diffRun).opPurgeDeliveries},
 }
 
 var diffOutboxGens = []diffGen{
@@ -102,6 +103,7 @@ var diffOutboxGens = []diffGen{
 	{2, aClaim, false, (*diffRun).opMarkClaimDeadLettered},
 	{3, aClaim, false, (*diffRun).opReleaseClaim},
 	{3, aClaim, false, (*diffRun).opSaveClaim},
+	{2, noGrant, false, (*diffRun).opPurgeEntries},
 }
 
 // drawSwarm chooses the calls of this seed ("swarm testing"): a seed

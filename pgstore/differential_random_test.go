@@ -46,7 +46,9 @@ const (
 // TestRandomSequencesMatchMemstore runs seeded random sequences of calls,
 // covering every operation of both contracts, against a fresh memstore and
 // a fresh pgstore, and requires the same answers (errors by class, tokens
-// by the grant they belong to) and, after every write, the same records.
+// by the grant they belong to) and, after every write, the same records;
+// at the end of a sequence, and before every purge, the same history of
+// every record, and at the end the same stats.
 // memstore is the reference: the message of a failing seed names the seed,
 // the step, the call, the command that replays it, and the whole op log.
 func TestRandomSequencesMatchMemstore(t *testing.T) {
@@ -173,6 +175,8 @@ func (w *diffWorker) runSeed(t *testing.T, seed uint64, cov *diffCoverage) {
 		r.step(i)
 	}
 	r.checkAll(diffSteps, "the final state")
+	r.compareHistories(diffSteps, "the final state")
+	r.compareStats(diffSteps, "the final state")
 	cov.add(r.counts)
 }
 
@@ -295,6 +299,10 @@ func (r *diffRun) step(i int) {
 	r.advance()
 	op := r.draw()
 	r.log = append(r.log, fmt.Sprintf("%3d  now=%s  %s", i, atT0(r.w.now), op.desc))
+	if strings.HasPrefix(op.name, "Purge") {
+		// A purge takes histories with it: compare them while they last.
+		r.compareHistories(i, "the histories before the call")
+	}
 	var res [2]any
 	var errs [2]error
 	for k, s := range r.sides {
@@ -471,6 +479,8 @@ func outcomesOf(res any, err error) []string {
 		return append(some(len(v.Moved), "moved"), some(len(v.Ended), "ended")...)
 	case []ledger.ClaimedEntry:
 		return some(len(v), "claimed")
+	case purged:
+		return some(int(v), "purged")
 	}
 	return []string{"ok"}
 }
@@ -493,7 +503,7 @@ var diffMustReach = []string{
 	"ClaimPending claimed", "ClaimRetryReady claimed",
 	"MarkClaimDelivered applied", "MarkClaimDelivered ended", "MarkClaimFailed applied", "MarkClaimFailed repeated",
 	"MarkClaimFailed lease_lost", "MarkClaimDeadLettered applied", "ReleaseClaim applied", "ReleaseClaim repeated",
-	"SaveClaim applied", "SaveClaim lease_lost",
+	"SaveClaim applied", "SaveClaim lease_lost", "PurgeDeliveries purged", "PurgeEntries purged",
 }
 
 // diffCoverage adds up the outcomes reached by all seeds.

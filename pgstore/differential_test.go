@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ type side struct {
 
 // TestSameRecordsAsMemstore runs one script of calls against memstore and
 // pgstore and requires equal answers, records included, at every step:
-// only the random tokens are masked.
+// only the random tokens are masked. At the end it compares every
+// record's history and the stats.
 func TestSameRecordsAsMemstore(t *testing.T) {
 	ctx := testContext(t)
 	clock := t0
@@ -235,5 +237,27 @@ func TestSameRecordsAsMemstore(t *testing.T) {
 	})
 	for _, key := range []string{"k1", "k2", "k3", "k4"} {
 		step("find "+key, func(s *side) (any, error) { return s.o.FindByID(ctx, id(key)) })
+	}
+
+	// Every record's history, and the stats, after all of the above.
+	for _, d := range []ledger.DeliveryID{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "unknown"} {
+		step("history "+string(d), func(s *side) (any, error) {
+			ts, err := s.l.(ledger.Historian).History(ctx, d)
+			return []any{ts, errClass(err)}, nil
+		})
+	}
+	for _, key := range []string{"k1", "k2", "k3", "k4", "unknown"} {
+		step("entry history "+key, func(s *side) (any, error) {
+			ts, err := s.o.(ledger.OutboxHistorian).EntryHistory(ctx, id(key))
+			return []any{ts, errClass(err)}, nil
+		})
+	}
+	for _, f := range []ledger.StatsFilter{{}, {Target: "h1"}, {Target: "h7"}, {Ceremony: "c3"}, {Target: "h2", Ceremony: "c1"}} {
+		for _, now := range []time.Time{t0, t0.Add(22 * time.Minute), t0.Add(time.Hour)} {
+			step(fmt.Sprintf("stats %+v", f), func(s *side) (any, error) { return s.l.(ledger.StatsReporter).Stats(ctx, f, now) })
+		}
+	}
+	for _, now := range []time.Time{t0, retryAt, t0.Add(2 * time.Hour)} {
+		step("outbox stats", func(s *side) (any, error) { return s.o.(ledger.OutboxStatsReporter).OutboxStats(ctx, now) })
 	}
 }

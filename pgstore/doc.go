@@ -102,6 +102,29 @@
 // interval. Both are off by default, and must stay off behind PgBouncer in
 // transaction pooling mode, where LISTEN does not work.
 //
+// # History and stats
+//
+// Every applied transition of a delivery or an outbox entry writes a row
+// to delivery_history or outbox_entry_history in the transaction of the
+// transition, so a rolled-back transition (a failed call, or the caller's
+// transaction under WithTx) leaves no row, and a committed one always
+// has its row. Store.History and Outbox.EntryHistory read them (see
+// ledger.Historian); a purge deletes them with their record. The rows are
+// queued with the statements that write the records back, so a
+// single-record transition costs no extra round trip; an enqueue writes its
+// row in the same statement as the record; Lease and the claims, one
+// UPDATE each, add one round trip for the rows of everything they granted.
+// WithoutHistory turns recording off.
+//
+// Store.Stats and Outbox.OutboxStats (see ledger.StatsReporter) count open
+// records through the partial indexes on open rows, which the lease and
+// claim statements read too, and terminal ones from count tables that
+// every transition into a terminal state, and every purge, updates in its
+// own transaction; a count is spread over 16 rows so that concurrent
+// completions do not all wait on one. Their cost grows with the work in
+// hand and the number of (target, ceremony) pairs that have ended records,
+// never with the number of ended records themselves.
+//
 // # Guarantees and limits
 //
 // A record is durable (committed) when Enqueue returns without error, or

@@ -19,12 +19,14 @@ import (
 )
 
 // This file proves that every hot query is served by an index: on tables
-// holding 100,000 terminal rows beside a few hundred open ones, the
-// planner, left to itself (no enable_seqscan=off), must reach deliveries
-// and outbox_entries through an index (the partial indexes on the open
-// states; the primary key for List and for the grants' join back to the
-// picked rows) in the lease, claim, find, sweep, list and purge statements, never
-// by a sequential scan. Each statement is checked twice: with its parameters
+// holding 100,000 terminal rows (each with a history row) beside a few
+// hundred open ones, the planner, left to itself (no enable_seqscan=off),
+// must reach deliveries and outbox_entries, and their history tables,
+// through an index (the partial indexes on the open states; the primary
+// key for List, for the grants' join back to the picked rows and for the
+// history) in the lease, claim, find, sweep, list, purge, stats and
+// history statements, never by a sequential scan. The stats statements
+// may scan the small count tables whole; that is what they are for. Each statement is checked twice: with its parameters
 // bound, as the first executions of a prepared statement are planned, and
 // as a generic plan, which PostgreSQL may switch a cached prepared
 // statement (pgx caches every statement) to after five executions.
@@ -52,8 +54,9 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 
 	insertTerminalDeliveries(ctx, t, pool, schema, explainTerminalRows, explainT0)
 	insertTerminalEntries(ctx, t, pool, schema, explainTerminalRows, explainT0)
+	insertTerminalHistory(ctx, t, pool, schema)
 	insertOpenRows(ctx, t, s)
-	for _, table := range []string{"deliveries", "outbox_entries"} {
+	for _, table := range []string{"deliveries", "outbox_entries", "delivery_history", "outbox_entry_history", "delivery_counts", "outbox_counts"} {
 		_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, table}.Sanitize())
 		require.NoError(t, err)
 	}
@@ -93,8 +96,15 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		{"ClaimRetryReady", q.claimRetryReady, claimArgs, "outbox_entries"},
 		{"FindPending", q.findPending, []any{100}, "outbox_entries"},
 		{"FindRetryReady", q.findRetryReady, []any{now.Add(time.Hour), 100}, "outbox_entries"},
-		{"PurgeDeliveries", purgeSQL(schema, "deliveries"), []any{now, 100}, "deliveries"},
-		{"PurgeEntries", purgeSQL(schema, "outbox_entries"), []any{now, 100}, "outbox_entries"},
+		{"PurgeDeliveries", purgeDeliveriesSQL(schema), []any{now, 100}, "deliveries"},
+		{"PurgeEntries", purgeEntriesSQL(schema), []any{now, 100}, "outbox_entries"},
+		{"Stats", q.stats[0][0], []any{now}, "deliveries"},
+		{"StatsByTarget", q.stats[1][0], []any{now, "host-3"}, "deliveries"},
+		{"StatsByCeremony", q.stats[0][1], []any{now, "ceremony-2"}, "deliveries"},
+		{"StatsByTargetAndCeremony", q.stats[1][1], []any{now, "host-3", "ceremony-2"}, "deliveries"},
+		{"OutboxStats", q.outboxStats, []any{now}, "outbox_entries"},
+		{"History", q.deliveryHistory, []any{"done-00000042"}, "delivery_history"},
+		{"EntryHistory", q.entryHistory, []any{"done-00000042"}, "outbox_entry_history"},
 	}
 	// The control: an unindexed predicate over the same data must show up
 	// as a sequential scan, or the checks below could pass because the
@@ -207,8 +217,8 @@ func decodePlan(t *testing.T, out []byte) planNode {
 	return plans[0].Plan
 }
 
-// checkPlan fails when any node scans deliveries or outbox_entries
-// sequentially, and when the plan never scans table at all (which would
+// checkPlan fails when any node scans deliveries, outbox_entries or their
+// history tables sequentially, and when the plan never scans table at all (which would
 // make the first check pass for the wrong reason).
 func checkPlan(t *testing.T, plan planNode, table string) {
 	t.Helper()
@@ -218,12 +228,13 @@ func checkPlan(t *testing.T, plan planNode, table string) {
 	require.True(t, reached, "plan never scans %s; plan: %s", table, tree)
 }
 
-// inspectPlan returns plan's sequential scans of the main tables, whether
+// inspectPlan returns plan's sequential scans of the main tables (the
+// records and their history), whether
 // any node scans table, and the whole tree as "Node [Child, Child]".
 func inspectPlan(plan planNode, table string) (seq []string, reached bool, tree string) {
 	plan.walk(func(n planNode) {
 		switch n.RelationName {
-		case "deliveries", "outbox_entries":
+		case "deliveries", "outbox_entries", "delivery_history", "outbox_entry_history":
 			if n.NodeType == "Seq Scan" {
 				seq = append(seq, n.String())
 			}
@@ -294,6 +305,21 @@ SELECT 'done-' || lpad(i::text, 8, '0'), 'mail', 'welcome', convert_to(repeat('x
 	$2::timestamptz - make_interval(secs => i + 60), $2::timestamptz - make_interval(secs => i),
 	$2::timestamptz - make_interval(secs => i), 3
 FROM generate_series(1, $1::integer) AS i`
+
+// insertTerminalHistory gives every delivery and outbox entry one history
+// row, its creation, as Enqueue writes it, straight into the tables.
+func insertTerminalHistory(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
+	tb.Helper()
+	for _, t := range []struct{ records, history, first string }{
+		{"deliveries", "delivery_history", "offered"},
+		{"outbox_entries", "outbox_entry_history", "pending"},
+	} {
+		_, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (id, seq, op, to_state, outcome, at)
+			SELECT id, 1, 'enqueue', $1, 'applied', created_at FROM %s`,
+			pgx.Identifier{schema, t.history}.Sanitize(), pgx.Identifier{schema, t.records}.Sanitize()), t.first)
+		require.NoError(tb, err)
+	}
+}
 
 // insertOpenRows writes a few hundred open records through the store, so
 // they are exactly what the store writes: 300 deliveries over 10 targets

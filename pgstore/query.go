@@ -54,8 +54,9 @@ const (
 // sides read the row as it was). Parameters: $1 now, $4 agent, $5
 // incarnation, $6 expiry, $7..$9 the failure kind, message and permanence
 // that Grant records when it takes over an expired lease (probed from
-// Grant itself, see grantProbe). The token comes from the granted CTE.
-// A test compares the result with Grant field by field.
+// Grant itself, see expiredLeaseFailure). The token comes from the granted
+// CTE. A test compares the result with Grant field by field, and another
+// checks that deliveryGrantColumns lists exactly the columns it sets.
 const deliveryGrantSet = `
 	state = 'leased',
 	attempts = d.attempts + 1,
@@ -79,6 +80,23 @@ const deliveryGrantSet = `
 	updated_at = $1,
 	version = d.version + 1`
 
+// deliveryGrantColumns lists the columns deliveryGrantSet writes. The
+// lease statements return their values from before the grant as well, so
+// that Lease rebuilds each record as it was: for the order of the grants
+// and for the history entry, which ledger.DeliveryTransition builds from
+// the records before and after.
+var deliveryGrantColumns = []string{
+	"state", "attempts", "lease_seq", "lease_agent", "lease_incarnation", "lease_token",
+	"lease_granted_at", "lease_expires_at", "available_at", "ended_lease_token", "ended_lease_seq",
+	"ended_lease_op", "ended_lease_at", "last_failure_kind", "last_failure_message",
+	"last_failure_permanent", "last_failure_agent", "last_failure_incarnation", "last_failure_at",
+	"updated_at", "version",
+}
+
+// deliveryGrantIndexes are the positions of deliveryGrantColumns among a
+// delivery row's columns. Computed once; never written.
+var deliveryGrantIndexes = columnIndexes((&deliveryRow{}).columns(), deliveryGrantColumns)
+
 // outboxGrantSet expresses ledger.OutboxEntry.Grant in SQL. Parameters: $1
 // now, $4 worker, $5 expiry.
 const outboxGrantSet = `
@@ -95,14 +113,24 @@ const outboxGrantSet = `
 	updated_at = $1,
 	version = d.version + 1`
 
+// outboxGrantColumns is deliveryGrantColumns for outboxGrantSet.
+var outboxGrantColumns = []string{
+	"attempts", "claim_seq", "claim_worker", "claim_token", "claim_claimed_at", "claim_expires_at",
+	"ended_claim_token", "ended_claim_seq", "ended_claim_op", "ended_claim_at", "updated_at", "version",
+}
+
+// outboxGrantIndexes are the positions of outboxGrantColumns among an
+// outbox row's columns. Computed once; never written.
+var outboxGrantIndexes = columnIndexes((&outboxRow{}).columns(), outboxGrantColumns)
+
 // grantTemplate picks up to $2 rows of table %[1]s matching %[2]s in order
 // %[3]s, skipping rows other callers hold, pairs them with the tokens in
 // $3, and applies the grant %[4]s to them, all in one statement, returning
 // the columns %[5]s. %[6]s names extra picked columns carried through to
-// RETURNING (as they were before the grant): Lease needs each delivery's
-// available_at as it was offered, which is its delivery order; both
-// claims carry enqueue_seq, which is no field of the record, and with which
-// Outbox.claim restores ClaimPending's order.
+// RETURNING as they were before the grant (see grant in newQueries): the
+// columns the grant writes, from which the caller rebuilds the record as
+// it was, and, for the claims, enqueue_seq, which is no field of the
+// record, and with which Outbox.claim restores ClaimPending's order.
 const grantTemplate = `
 WITH picked AS (
 	SELECT id%[6]s FROM %[1]s
@@ -141,12 +169,28 @@ type queries struct {
 	// last parameter; reserveEnqueueSeqs takes $2 values from the
 	// sequence named $1 (enqueueSeqName). See Outbox.enqueue.
 	insertEntryAt, reserveEnqueueSeqs, enqueueSeqName string
+
+	// The history (history.go): the inserts of a record that also write
+	// its creation entry when they insert it, the multi-row inserts of
+	// entries, and the reads.
+	insertDeliveryLogged, insertEntryLogged, insertEntryAtLogged string
+	insertDeliveryHistory, insertEntryHistory                    string
+	deliveryHistory, entryHistory                                string
+
+	// The counts (stats.go): stats[byTarget][byCeremony] and outboxStats
+	// read them; add* change count rows, drop* delete the rows that
+	// reached zero.
+	stats                                 [2][2]string
+	outboxStats                           string
+	addDeliveryCounts, dropDeliveryCounts string
+	addOutboxCounts, dropOutboxCounts     string
 }
 
 // newQueries builds the statements for schema, which New has validated.
 func newQueries(schema string) *queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	deliveries, fences, outbox := s+".deliveries", s+".target_fences", s+".outbox_entries"
+	deliveryHistory, entryHistory := s+".delivery_history", s+".outbox_entry_history"
 	dcols := columnNames((&deliveryRow{}).columns())
 	ocols := columnNames((&outboxRow{}).columns())
 
@@ -159,13 +203,17 @@ func newQueries(schema string) *queries {
 	sweep := func(where string) string {
 		return selectFrom(dcols, deliveries) + " WHERE " + where + " AND id > $1 ORDER BY id LIMIT $2 FOR UPDATE"
 	}
-	grant := func(table, where, order, set string, cols []string, was string) string {
+	// grant returns a grant statement that also returns the columns
+	// carried as they were before the grant, after the new record's.
+	grant := func(table, where, order, set string, cols, carried []string) string {
 		picked, returning := "", qualified("d", cols)
-		if was != "" {
-			picked, returning = ", "+was+" AS was", returning+", granted.was"
+		for _, c := range carried {
+			picked += ", " + c + " AS was_" + c
+			returning += ", granted.was_" + c
 		}
 		return fmt.Sprintf(grantTemplate, table, where, order, set, returning, picked)
 	}
+	claimCarried := append([]string{"enqueue_seq"}, outboxGrantColumns...)
 
 	q := &queries{
 		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
@@ -195,8 +243,8 @@ func newQueries(schema string) *queries {
 		updateEntry:     update(outbox, ocols),
 		findPending:     selectFrom(ocols, outbox) + " WHERE " + pendingWhere + " ORDER BY " + pendingOrder + " LIMIT $1",
 		findRetryReady:  selectFrom(ocols, outbox) + " WHERE " + retryReadyWhere + " ORDER BY " + retryOrder + " LIMIT $2",
-		claimPending:    grant(outbox, pendingWhere+" AND "+unclaimedWhere, pendingOrder, outboxGrantSet, ocols, "enqueue_seq"),
-		claimRetryReady: grant(outbox, retryReadyWhere+" AND "+unclaimedWhere, retryOrder, outboxGrantSet, ocols, "enqueue_seq"),
+		claimPending:    grant(outbox, pendingWhere+" AND "+unclaimedWhere, pendingOrder, outboxGrantSet, ocols, claimCarried),
+		claimRetryReady: grant(outbox, retryReadyWhere+" AND "+unclaimedWhere, retryOrder, outboxGrantSet, ocols, claimCarried),
 
 		createSchema: "CREATE SCHEMA IF NOT EXISTS " + s,
 		advisoryXL:   "SELECT pg_catalog.pg_advisory_xact_lock($1)",
@@ -210,7 +258,16 @@ func newQueries(schema string) *queries {
 		// string literal in the statement, so it needs no quoting.
 		reserveEnqueueSeqs: "SELECT pg_catalog.nextval($1::regclass) FROM pg_catalog.generate_series(1, $2::integer)",
 		enqueueSeqName:     s + ".outbox_entries_enqueue_seq",
+
+		insertDeliveryHistory: insertHistory(deliveryHistory),
+		insertEntryHistory:    insertHistory(entryHistory),
+		deliveryHistory:       readHistory(deliveries, deliveryHistory),
+		entryHistory:          readHistory(outbox, entryHistory),
 	}
+	q.insertDeliveryLogged = insertLogged(q.insertDelivery, deliveryHistory, len(dcols))
+	q.insertEntryLogged = insertLogged(q.insertEntry, entryHistory, len(ocols))
+	q.insertEntryAtLogged = insertLogged(q.insertEntryAt, entryHistory, len(ocols)+1)
+	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")
 	for _, byTargets := range []bool{false, true} {
 		for _, byCeremony := range []bool{false, true} {
 			where, next := offerableWhere, 10
@@ -221,7 +278,7 @@ func newQueries(schema string) *queries {
 			if byCeremony {
 				where += fmt.Sprintf(" AND ceremony = $%d", next)
 			}
-			q.lease[b2i(byTargets)][b2i(byCeremony)] = grant(deliveries, where, offerableOrder, deliveryGrantSet, dcols, "available_at")
+			q.lease[b2i(byTargets)][b2i(byCeremony)] = grant(deliveries, where, offerableOrder, deliveryGrantSet, dcols, deliveryGrantColumns)
 		}
 	}
 	return q
@@ -232,6 +289,43 @@ func newQueries(schema string) *queries {
 func insert(table string, cols []string) string {
 	return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		placeholders(1, len(cols)) + ") ON CONFLICT (id) DO NOTHING"
+}
+
+// historyColumns are the columns of a history table, in the order of
+// historyRows' arrays and historyArgs.
+const historyColumns = "id, seq, op, from_state, to_state, outcome, actor, reason, at"
+
+// historyValues are the values of historyColumns from the names of the
+// same columns (unnest's or parameters): empty strings are stored as NULL.
+const historyValues = "%s, %s, %s, NULLIF(%s, ''), %s, %s, NULLIF(%s, ''), NULLIF(%s, ''), %s"
+
+// insertHistory returns the insert of many history rows, one array per
+// column (see historyRows).
+func insertHistory(table string) string {
+	return "INSERT INTO " + table + " (" + historyColumns + ") SELECT " +
+		fmt.Sprintf(historyValues, "id", "seq", "op", "from_state", "to_state", "outcome", "actor", "reason", "at") +
+		` FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::timestamptz[]) AS u(id, seq, op, from_state, to_state, outcome, actor, reason, at)`
+}
+
+// insertLogged wraps insert, a record's INSERT ... ON CONFLICT DO NOTHING
+// with n parameters, so that it also writes the record's creation entry
+// into table, from the parameters after the record's (historyArgs), when
+// and only when it inserts the record: the rows affected then still say
+// whether it did, and an enqueue costs no round trip more.
+func insertLogged(insert, table string, n int) string {
+	p := func(i int) string { return fmt.Sprintf("$%d", n+i) }
+	return "WITH inserted AS (" + insert + " RETURNING id) INSERT INTO " + table + " (" + historyColumns + ") SELECT " +
+		fmt.Sprintf(historyValues, "id", p(1)+"::bigint", p(2)+"::text", p(3)+"::text", p(4)+"::text",
+			p(5)+"::text", p(6)+"::text", p(7)+"::text", p(8)+"::timestamptz") + " FROM inserted"
+}
+
+// readHistory returns the history of the record $1 of table: no row when
+// there is no such record, one row of NULLs when it has no history rows,
+// else its rows in order.
+func readHistory(table, history string) string {
+	return "SELECT h.seq, h.op, h.from_state, h.to_state, h.outcome, h.actor, h.reason, h.at FROM " +
+		table + " AS r LEFT JOIN " + history + " AS h ON h.id = r.id WHERE r.id = $1 ORDER BY h.seq"
 }
 
 // update returns the write-back of a whole record: $1 the ID, $2 the

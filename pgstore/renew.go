@@ -28,7 +28,7 @@ func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Tim
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.transition(ctx, "renew lease", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "renew lease", how{op: ledger.OpRenewLease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Renew(lease, now, duration)
 		return d, o, nil
 	})
@@ -65,7 +65,7 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 			return false, nil
 		}
 		res = ledger.OutboxResult{Outcome: outcome, Entry: e}
-		return true, s.writeEntry(ctx, tx, old.Version, e)
+		return true, s.writeEntry(ctx, tx, entryChangeOf(how{op: ledger.OpRenewClaim, actor: claim.Worker}, old, e))
 	})
 	if err != nil {
 		return ledger.OutboxResult{}, err

@@ -74,6 +74,13 @@ func TestLeaseGrantMatchesStateMachine(t *testing.T) {
 		stored, err := s.Get(ctx, "d1")
 		require.NoError(t, err)
 		require.Equal(t, want, stored)
+		// The history entry is the one the root package makes from the
+		// records before and after: the statement returned the former.
+		entry := ledger.DeliveryTransition(ledger.OpLease, &before, &want, owner.String())
+		entry.Seq = want.Version
+		h, err := s.History(ctx, "d1")
+		require.NoError(t, err)
+		require.Equal(t, entry, h[len(h)-1])
 		return stored
 	}
 	// A fresh offer, then a takeover of an expired lease (which records a
@@ -112,6 +119,11 @@ func TestClaimGrantMatchesStateMachine(t *testing.T) {
 		stored, err := o.FindByID(ctx, er.Entry.ID)
 		require.NoError(t, err)
 		require.Equal(t, want, stored)
+		entry := ledger.EntryTransition(ledger.OpClaim, &before, &want, "w")
+		entry.Seq = want.Version
+		h, err := o.EntryHistory(ctx, er.Entry.ID)
+		require.NoError(t, err)
+		require.Equal(t, entry, h[len(h)-1])
 		return cs[0]
 	}
 	pending := func(r ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) { return o.ClaimPending(ctx, r) }

@@ -44,6 +44,7 @@ type config struct {
 	clock      func() time.Time
 	maxRetries int
 	notify     bool  // NOTIFY on enqueue (WithNotify)
+	noHistory  bool  // write no history rows (WithoutHistory)
 	err        error // the first invalid option
 }
 

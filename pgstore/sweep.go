@@ -24,10 +24,12 @@ const sweepBatchSize = 500
 type sweepStep func(d ledger.Delivery) (ledger.Delivery, bool)
 
 // sweepBatch locks the next batch of query's rows after the ID after,
-// applies step and writes back what changed. It returns the changed IDs in
-// ID order, the last ID read, and whether the batch was full (more rows
-// may follow). query takes $1 after, $2 the batch size, then args.
-func (s *Store) sweepBatch(ctx context.Context, tx pgx.Tx, query, after string, args []any, step sweepStep) (changed []ledger.DeliveryID, last string, more bool, err error) {
+// applies step and writes back what changed, recording each change as made
+// by h (and the changes of the terminal counts in counts, when not nil;
+// see writeDeliveries). It returns the changed IDs in ID order, the last
+// ID read, and whether the batch was full (more rows may follow). query
+// takes $1 after, $2 the batch size, then args.
+func (s *Store) sweepBatch(ctx context.Context, tx pgx.Tx, h how, counts deliveryCounts, query, after string, args []any, step sweepStep) (changed []ledger.DeliveryID, last string, more bool, err error) {
 	rows, err := tx.Query(ctx, query, append([]any{after, sweepBatchSize}, args...)...)
 	if err != nil {
 		return nil, "", false, err
@@ -36,14 +38,14 @@ func (s *Store) sweepBatch(ctx context.Context, tx pgx.Tx, query, after string, 
 	if err != nil {
 		return nil, "", false, err
 	}
-	var ws []versioned
+	var ws []deliveryChange
 	for _, d := range ds {
 		if nd, ok := step(d); ok {
-			ws = append(ws, versioned{d.Version, nd})
+			ws = append(ws, changeOf(h, d, nd))
 			changed = append(changed, d.ID)
 		}
 	}
-	if err := s.writeDeliveries(ctx, tx, ws); err != nil {
+	if err := s.writeDeliveries(ctx, tx, ws, counts); err != nil {
 		return nil, "", false, err
 	}
 	if len(ds) > 0 {
@@ -59,7 +61,7 @@ func (s *Store) sweepBatch(ctx context.Context, tx pgx.Tx, query, after string, 
 // the error, because a later sweep no longer sees those records and the
 // caller would otherwise never learn of them. The next sweep picks up the
 // rest.
-func (s *Store) sweep(ctx context.Context, op, query string, args []any, step sweepStep) ([]ledger.DeliveryID, error) {
+func (s *Store) sweep(ctx context.Context, op string, h how, query string, args []any, step sweepStep) ([]ledger.DeliveryID, error) {
 	var all []ledger.DeliveryID
 	for after := ""; ; {
 		var changed []ledger.DeliveryID
@@ -67,7 +69,7 @@ func (s *Store) sweep(ctx context.Context, op, query string, args []any, step sw
 		var more bool
 		err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 			var err error
-			changed, last, more, err = s.sweepBatch(ctx, tx, query, after, args, step)
+			changed, last, more, err = s.sweepBatch(ctx, tx, h, nil, query, after, args, step)
 			return len(changed) > 0, err
 		})
 		if err != nil {
@@ -90,7 +92,7 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 		return ledger.SweepResult{}, err
 	}
 	now = ledger.Normalize(now)
-	changed, err := s.sweep(ctx, "expire", s.q.expirable, []any{now}, func(d ledger.Delivery) (ledger.Delivery, bool) {
+	changed, err := s.sweep(ctx, "expire", how{op: ledger.OpExpire}, s.q.expirable, []any{now}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		return d.Expire(now)
 	})
 	return ledger.SweepResult{Changed: changed}, err
@@ -104,7 +106,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 		return ledger.SweepResult{}, err
 	}
 	now = ledger.Normalize(now)
-	changed, err := s.sweep(ctx, "expire ceremony", s.q.ceremonyOpen, []any{string(ceremony)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
+	changed, err := s.sweep(ctx, "expire ceremony", how{op: ledger.OpExpireCeremony}, s.q.ceremonyOpen, []any{string(ceremony)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		nd, o := d.Abandon(cause, now)
 		return nd, o == ledger.OutcomeApplied
 	})
@@ -119,7 +121,7 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 		return ledger.SupersedeResult{}, err
 	}
 	now = ledger.Normalize(now)
-	changed, err := s.sweep(ctx, "supersede", s.q.supersedable, []any{string(previous)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
+	changed, err := s.sweep(ctx, "supersede", how{op: ledger.OpSupersede}, s.q.supersedable, []any{string(previous)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		return d.Supersede(replacement, mode, now)
 	})
 	if mode == ledger.Follow {

@@ -18,9 +18,10 @@ import (
 type deliveryApply func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error)
 
 // transition runs apply on the locked delivery id: OutcomeNotFound when
-// there is none; the new record written back when apply answers
-// OutcomeApplied; otherwise nothing written and the record as it stands.
-func (s *Store) transition(ctx context.Context, op string, id ledger.DeliveryID, apply deliveryApply) (ledger.DeliveryResult, error) {
+// there is none; the new record written back, with its history entry
+// (made by h), when apply answers OutcomeApplied; otherwise nothing
+// written and the record as it stands.
+func (s *Store) transition(ctx context.Context, op string, h how, id ledger.DeliveryID, apply deliveryApply) (ledger.DeliveryResult, error) {
 	var res ledger.DeliveryResult
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		res = ledger.DeliveryResult{}
@@ -41,7 +42,7 @@ func (s *Store) transition(ctx context.Context, op string, id ledger.DeliveryID,
 			return false, nil
 		}
 		res = ledger.DeliveryResult{Outcome: outcome, Delivery: d}
-		return true, s.writeDeliveries(ctx, tx, []versioned{{old.Version, d}})
+		return true, s.writeDeliveries(ctx, tx, []deliveryChange{changeOf(h, old, d)}, nil)
 	})
 	if err != nil {
 		return ledger.DeliveryResult{}, err
@@ -54,7 +55,7 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 	if err := s.check(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "acknowledge", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "acknowledge", how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Acknowledge(lease, observation, now)
 		return d, o, nil
 	})
@@ -68,7 +69,7 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	if err := s.check(ctx, ledger.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "mark processed", id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "mark processed", how{op: ledger.OpMarkProcessed, actor: owner.String()}, id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		var highest *ledger.Fence
 		if fence != nil {
 			if _, err := tx.Exec(ctx, s.q.ensureFence, string(d.Target)); err != nil {
@@ -100,7 +101,7 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 	if err := s.check(ctx, ledger.ValidateRecordActivation(id, activation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "record activation", id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "record activation", how{op: ledger.OpRecordActivation}, id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.RecordActivation(activation, now)
 		return d, o, nil
 	})
@@ -111,7 +112,7 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 	if err := s.check(ctx, ledger.ValidateMarkFailed(lease, reason, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "mark failed", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "mark failed", how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.MarkFailed(lease, reason, now)
 		return d, o, nil
 	})
@@ -123,7 +124,7 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 	if err := s.check(ctx, ledger.ValidateRelease(lease, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "release", lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "release", how{op: ledger.OpRelease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Release(lease, now)
 		return d, o, nil
 	})
@@ -134,7 +135,7 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	if err := s.check(ctx, ledger.ValidateAbandon(id, cause, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "abandon", id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return s.transition(ctx, "abandon", how{op: ledger.OpAbandon}, id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Abandon(cause, now)
 		return d, o, nil
 	})
@@ -218,28 +219,40 @@ func collectDeliveries(rows pgx.Rows) ([]ledger.Delivery, error) {
 	return pgx.AppendRows([]ledger.Delivery(nil), rows, func(row pgx.CollectableRow) (ledger.Delivery, error) { return scanDelivery(row) })
 }
 
-// versioned is a new record and the version it was read at.
-type versioned struct {
-	old int64
-	d   ledger.Delivery
-}
-
-// writeDeliveries writes records back in one round trip, each guarded by
-// the version read under its lock.
-func (s *Store) writeDeliveries(ctx context.Context, tx pgx.Tx, ws []versioned) error {
+// writeDeliveries writes the changed records back, each guarded by the
+// version read under its lock, together with their history entries (one
+// INSERT for all) and the changes of the terminal counts (one upsert), in
+// one round trip. With a non-nil counts it adds the changes of the counts
+// there instead, for the caller to write once at the end of its
+// transaction (see Lease).
+func (s *Store) writeDeliveries(ctx context.Context, tx pgx.Tx, cs []deliveryChange, counts deliveryCounts) error {
 	b := &pgx.Batch{}
-	for _, w := range ws {
-		r, err := newDeliveryRow(w.d)
+	var hist historyRows
+	flush := counts == nil
+	if flush {
+		counts = deliveryCounts{}
+	}
+	for _, c := range cs {
+		r, err := newDeliveryRow(c.after)
 		if err != nil {
 			return err
 		}
-		b.Queue(s.q.updateDelivery, updateArgs(w.old, pointers(r.columns()))...)
+		b.Queue(s.q.updateDelivery, updateArgs(c.before.Version, pointers(r.columns()))...)
+		if !s.cfg.noHistory {
+			hist.add(string(c.after.ID), c.t)
+		}
+		counts.change(&c.before, &c.after)
+	}
+	updates := b.Len()
+	hist.queue(b, s.q.insertDeliveryHistory)
+	if flush {
+		counts.queue(b, s.q, false)
 	}
 	done, err := execBatch(ctx, tx, b)
 	if err != nil {
 		return err
 	}
-	for _, ok := range done {
+	for _, ok := range done[:updates] {
 		if !ok {
 			return errRowChanged
 		}
