@@ -124,6 +124,8 @@ type showJSON struct {
 	Kind     string              `json:"kind"` // "delivery" or "outbox_entry"
 	Delivery *ledger.Delivery    `json:"delivery,omitempty"`
 	Entry    *ledger.OutboxEntry `json:"outbox_entry,omitempty"`
+	// History lists the record's transitions, oldest first.
+	History []ledger.Transition `json:"history"`
 }
 
 func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) error {
@@ -140,10 +142,15 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 		d, err := store.Get(ctx, ledger.DeliveryID(id))
 		switch {
 		case err == nil:
+			history, err := store.History(ctx, d.ID)
+			if err != nil {
+				return err
+			}
 			if c.json {
-				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: new(redact(d))})
+				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: new(redact(d)), History: history})
 			}
 			printDelivery(e.stdout, d)
+			printHistory(e.stdout, history)
 			return nil
 		case !errors.Is(err, ledger.ErrNotFound):
 			return invalidInput(err)
@@ -157,10 +164,15 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 		case err != nil:
 			return invalidInput(err)
 		}
+		history, err := store.Outbox().EntryHistory(ctx, entry.ID)
+		if err != nil {
+			return err
+		}
 		if c.json {
-			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: new(redactEntry(entry))})
+			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: new(redactEntry(entry)), History: history})
 		}
 		printEntry(e.stdout, entry)
+		printHistory(e.stdout, history)
 		return nil
 	}
 }

@@ -1,6 +1,7 @@
 // Command ledgerctl is the operator's tool for a PostgreSQL leaseledger:
-// it migrates the schema, lists and shows deliveries (and outbox entries),
-// abandons a delivery, expires a ceremony and purges ended records.
+// it migrates the schema, lists and shows deliveries (and outbox entries)
+// with their history, counts them, abandons a delivery, expires a ceremony
+// and purges ended records.
 //
 // Usage:
 //
@@ -10,7 +11,8 @@
 //
 //	migrate                                  create or upgrade the schema
 //	list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
-//	show ID                                  one delivery (or outbox entry), every field
+//	show ID                                  one delivery (or outbox entry), every field, and its history
+//	stats [-target T] [-ceremony C]          counts by state and cause, depth and lag
 //	abandon ID -cause KIND [-detail TEXT]    end one open delivery as expired
 //	expire-ceremony ID -cause KIND [-detail TEXT]
 //	purge -older-than DURATION|RFC3339       delete records that ended before then

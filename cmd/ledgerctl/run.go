@@ -97,7 +97,8 @@ func commands() []command {
 	return []command{
 		{"migrate", "", "create the schema if missing and apply pending migrations", setupMigrate},
 		{"list", "", "list one page of deliveries, in ID order", setupList},
-		{"show", "ID", "show one delivery, or the outbox entry with that ID", setupShow},
+		{"show", "ID", "show one delivery, or the outbox entry with that ID, and its history", setupShow},
+		{"stats", "", "count deliveries by state and cause, and the queue's depth and lag", setupStats},
 		{"abandon", "ID", "end one open delivery as expired with -cause", setupAbandon},
 		{"expire-ceremony", "ID", "end every open delivery of the ceremony as expired with -cause", setupExpireCeremony},
 		{"purge", "", "delete deliveries and outbox entries that ended before -older-than", setupPurge},

@@ -81,7 +81,8 @@ func (f *fleet) report(ctx context.Context, cfg config, now time.Time, out io.Wr
 		if d.State == ledger.DeliveryStateProcessed && (d.Ack == nil || d.Processing == nil) {
 			unacked++
 		}
-		if lapsed == nil && d.Cause != nil && d.Cause.Kind == ledger.CauseAcknowledgementLapsed {
+		// The lapsed item with the most attempts has the richest story.
+		if d.Cause != nil && d.Cause.Kind == ledger.CauseAcknowledgementLapsed && (lapsed == nil || d.Attempts > lapsed.Attempts) {
 			lapsed = &d
 		}
 	}
@@ -114,16 +115,52 @@ func (f *fleet) report(ctx context.Context, cfg config, now time.Time, out io.Wr
 	fmt.Fprintf(out, "\nFleet: %d host crashes, %d leases reclaimed from old incarnations, %d stale calls answered lease_lost, %d answered ended, %d lost notices, %d fence rejections, %d outbox stalls, %d claim completions not applied\n",
 		f.stats.crashes, f.stats.reclaimed, f.stats.leaseLost, f.stats.ended, f.stats.lostNotices, f.stats.fenceRejected, f.stats.stalls, f.stats.claimsLost)
 	if lapsed != nil {
-		fmt.Fprintf(out, "\nWhat happened to %s, which nobody came back about:\n", lapsed.ID)
-		fmt.Fprintf(out, "  created %s for %s, leased %d time(s), acknowledged by %s at %s,\n  ended %s as %s: %s (%s)\n",
-			lapsed.CreatedAt.Format(time.TimeOnly), lapsed.Target, lapsed.Attempts, lapsed.Ack.Owner, lapsed.Ack.At.Format(time.TimeOnly),
-			lapsed.EndedAt.Format(time.TimeOnly), lapsed.State, lapsed.Cause.Kind, lapsed.Cause.Detail)
+		if err := f.printLapsed(ctx, out, lapsed); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(out, "\nInvariants: %d lost, %d double-held, %d processed without acknowledgement\n", lost, doubleHeld, unacked)
 	if lost+doubleHeld+unacked > 0 {
 		return fmt.Errorf("invariant failed: %d lost, %d double-held, %d processed without acknowledgement", lost, doubleHeld, unacked)
 	}
 	return nil
+}
+
+// printLapsed answers the operator's question about an item nobody came
+// back about: its history, transition by transition, when the ledger keeps
+// one, else what its record says.
+func (f *fleet) printLapsed(ctx context.Context, out io.Writer, d *ledger.Delivery) error {
+	fmt.Fprintf(out, "\nWhat happened to %s, which nobody came back about:\n", d.ID)
+	h, ok := f.l.(ledger.Historian)
+	if !ok {
+		fmt.Fprintf(out, "  created %s for %s, leased %d time(s), acknowledged by %s at %s,\n  ended %s as %s: %s (%s)\n",
+			d.CreatedAt.Format(time.TimeOnly), d.Target, d.Attempts, d.Ack.Owner, d.Ack.At.Format(time.TimeOnly),
+			d.EndedAt.Format(time.TimeOnly), d.State, d.Cause.Kind, d.Cause.Detail)
+		return nil
+	}
+	history, err := h.History(ctx, d.ID)
+	if err != nil {
+		return err
+	}
+	for _, t := range history {
+		line := fmt.Sprintf("  %s  %-17s %-12s -> %-12s", t.At.Format(time.TimeOnly), t.Op, orDash(t.From), t.To)
+		if t.Actor != "" {
+			line += "  by " + t.Actor
+		}
+		if t.Reason != "" {
+			line += "  (" + t.Reason + ")"
+		}
+		fmt.Fprintln(out, strings.TrimRight(line, " "))
+	}
+	return nil
+}
+
+// orDash shows an empty state (before creation) as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // doubleHeld counts deliveries granted while an earlier grant was still
