@@ -231,6 +231,10 @@ func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) (
 	if err := o.s.check(ctx, ledger.ValidateFindRetryReady(now, limit)); err != nil {
 		return nil, err
 	}
+	now, err := o.s.decisionTime(ctx, "find retry ready", now)
+	if err != nil {
+		return nil, err
+	}
 	return o.find(ctx, "find retry ready", o.s.q.findRetryReady, ledger.Normalize(now), limit)
 }
 
@@ -360,13 +364,17 @@ func retryBefore(a, b claimedRow) bool { return a.Entry.RetryBefore(b.Entry) }
 // the order less gives.
 func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest, less func(a, b claimedRow) bool) ([]ledger.ClaimedEntry, error) {
 	s := o.s
-	now := ledger.Normalize(req.Now)
+	now, err := s.decisionTime(ctx, op, req.Now)
+	if err != nil {
+		return nil, err
+	}
+	now = ledger.Normalize(now)
 	tokens := make([]string, req.Limit)
 	for i := range tokens {
 		tokens[i] = string(ledger.NewToken())
 	}
 	var out []claimedRow
-	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+	err = s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		out = nil
 		rows, err := tx.Query(ctx, query, now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)))
 		if err != nil {

@@ -22,6 +22,10 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 	if err := s.check(ctx, ledger.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "enqueue", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
 	rs, err := s.enqueue(ctx, "enqueue", []ledger.EnqueueRequest{req}, now)
 	if err != nil {
 		return ledger.DeliveryResult{}, err
@@ -35,6 +39,10 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 // batch is judged against the record that ID holds.
 func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
 	if err := s.check(ctx, ledger.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
+		return nil, err
+	}
+	now, err := s.decisionTime(ctx, "enqueue batch", now)
+	if err != nil {
 		return nil, err
 	}
 	return s.enqueue(ctx, "enqueue batch", reqs, now)
@@ -137,9 +145,13 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	if err := s.check(ctx, ledger.ValidateLease(filter, owner, now, duration, limit)); err != nil {
 		return ledger.LeaseResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "lease", now)
+	if err != nil {
+		return ledger.LeaseResult{}, err
+	}
 	now = ledger.Normalize(now)
 	var res ledger.LeaseResult
-	err := s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
+	err = s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
 		res = ledger.LeaseResult{}
 		// Lease calls of one agent take turns, so that of two overlapping
 		// calls by different incarnations the later one sees, and takes

@@ -27,6 +27,10 @@ func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Tim
 	if err := s.check(ctx, ledger.ValidateRenewLease(lease, now, duration)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "renew lease", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
 	now = ledger.Normalize(now)
 	return s.transition(ctx, "renew lease", how{op: ledger.OpRenewLease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Renew(lease, now, duration)
@@ -47,9 +51,13 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 	if err := s.check(ctx, ledger.ValidateRenewClaim(claim, now, duration)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "renew claim", now)
+	if err != nil {
+		return ledger.OutboxResult{}, err
+	}
 	now = ledger.Normalize(now)
 	var res ledger.OutboxResult
-	err := s.inTx(ctx, "renew claim", func(tx pgx.Tx) (bool, error) {
+	err = s.inTx(ctx, "renew claim", func(tx pgx.Tx) (bool, error) {
 		res = ledger.OutboxResult{}
 		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(claim.EntryID)))
 		if noRows(err) {

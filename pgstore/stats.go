@@ -162,6 +162,10 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 	if err := s.check(ctx, ledger.ValidateStats(filter, now)); err != nil {
 		return ledger.DeliveryStats{}, err
 	}
+	now, err := s.decisionTime(ctx, "stats", now)
+	if err != nil {
+		return ledger.DeliveryStats{}, err
+	}
 	now = ledger.Normalize(now)
 	byTarget, byCeremony := filter.Target != "", filter.Ceremony != ""
 	args := []any{now}
@@ -172,7 +176,7 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 		args = append(args, string(filter.Ceremony))
 	}
 	var st ledger.DeliveryStats
-	err := s.read(ctx, "stats", func(db dbtx) error {
+	err = s.read(ctx, "stats", func(db dbtx) error {
 		var offeredOrLeased, leased, acknowledged, depth int64
 		var oldest *time.Time
 		var states, causes []string
@@ -211,9 +215,13 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	if err := s.check(ctx, ledger.ValidateOutboxStats(now)); err != nil {
 		return ledger.OutboxStats{}, err
 	}
+	now, err := o.s.decisionTime(ctx, "outbox stats", now)
+	if err != nil {
+		return ledger.OutboxStats{}, err
+	}
 	now = ledger.Normalize(now)
 	var st ledger.OutboxStats
-	err := s.read(ctx, "outbox stats", func(db dbtx) error {
+	err = s.read(ctx, "outbox stats", func(db dbtx) error {
 		var pending, scheduled, deferred, duePending, dueRetry int64
 		var oldestPending, oldestRetry *time.Time
 		var statuses []string

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"time"
 
@@ -43,9 +44,15 @@ type config struct {
 	maxPayload int
 	clock      func() time.Time
 	maxRetries int
-	notify     bool  // NOTIFY on enqueue (WithNotify)
-	noHistory  bool  // write no history rows (WithoutHistory)
-	err        error // the first invalid option
+	notify     bool // NOTIFY on enqueue (WithNotify)
+	noHistory  bool // write no history rows (WithoutHistory)
+	// Clock skew (clock.go): decide on the database's clock, and warn
+	// through logger when a caller's now is further than skewThreshold
+	// from it.
+	dbClock       bool
+	logger        *slog.Logger
+	skewThreshold time.Duration
+	err           error // the first invalid option
 }
 
 // Option configures New.
@@ -94,8 +101,8 @@ func WithMaxPayload(n int) Option {
 // WithClock sets the clock that stamps UpdatedAt, CreatedAt and EndedAt in
 // the outbox methods that carry no now (Outbox.Enqueue, Save and the base
 // completions) and the applied_at of migrations. It never decides
-// anything; every method that takes a now uses the caller's. Default
-// time.Now.
+// anything; every method that takes a now uses the caller's (or, with
+// WithDatabaseClock, the database's). Default time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
@@ -149,6 +156,7 @@ type Store struct {
 	callerTx bool // db is the caller's transaction: no commits, no retries
 	cfg      config
 	q        *queries
+	skew     *skewMeter // shared with the stores WithTx derives
 }
 
 // New returns a store on pool. It checks the options but does not touch
@@ -161,6 +169,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		maxPayload: ledger.DefaultMaxPayload,
 		clock:      time.Now,
 		maxRetries: DefaultMaxRetries,
+		// Not a package variable of ours: the process's default logger
+		// is where a host expects a library's warnings to go.
+		logger:        slog.Default(),
+		skewThreshold: DefaultSkewThreshold,
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -173,7 +185,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: new: %w", &ledger.InvalidError{Field: "pool", Reason: "must not be nil"})
 	}
-	return &Store{db: pool, cfg: cfg, q: newQueries(cfg.schema)}, nil
+	return &Store{db: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}, nil
 }
 
 // Schema returns the schema that holds the store's tables.

@@ -91,6 +91,10 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 	if err := s.check(ctx, ledger.ValidateExpire(now)); err != nil {
 		return ledger.SweepResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "expire", now)
+	if err != nil {
+		return ledger.SweepResult{}, err
+	}
 	now = ledger.Normalize(now)
 	changed, err := s.sweep(ctx, "expire", how{op: ledger.OpExpire}, s.q.expirable, []any{now}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		return d.Expire(now)
@@ -103,6 +107,10 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 // Changed lists them in ID order.
 func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) (ledger.SweepResult, error) {
 	if err := s.check(ctx, ledger.ValidateExpireCeremony(ceremony, cause, now)); err != nil {
+		return ledger.SweepResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "expire ceremony", now)
+	if err != nil {
 		return ledger.SweepResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -118,6 +126,10 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 // ledger.Delivery.Supersede to each. The lists are in ID order.
 func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) (ledger.SupersedeResult, error) {
 	if err := s.check(ctx, ledger.ValidateSupersede(previous, replacement, mode, now)); err != nil {
+		return ledger.SupersedeResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "supersede", now)
+	if err != nil {
 		return ledger.SupersedeResult{}, err
 	}
 	now = ledger.Normalize(now)

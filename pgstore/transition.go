@@ -55,6 +55,10 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 	if err := s.check(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "acknowledge", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
 	return s.transition(ctx, "acknowledge", how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Acknowledge(lease, observation, now)
 		return d, o, nil
@@ -67,6 +71,10 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 // fence checks and raises of one target are serialised across processes.
 func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.DeliveryResult, error) {
 	if err := s.check(ctx, ledger.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "mark processed", now)
+	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	return s.transition(ctx, "mark processed", how{op: ledger.OpMarkProcessed, actor: owner.String()}, id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
@@ -101,6 +109,10 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 	if err := s.check(ctx, ledger.ValidateRecordActivation(id, activation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "record activation", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
 	return s.transition(ctx, "record activation", how{op: ledger.OpRecordActivation}, id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.RecordActivation(activation, now)
 		return d, o, nil
@@ -110,6 +122,10 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 // MarkFailed gives up the attempt held under lease (see ledger.Ledger).
 func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
 	if err := s.check(ctx, ledger.ValidateMarkFailed(lease, reason, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "mark failed", now)
+	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	return s.transition(ctx, "mark failed", how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
@@ -124,6 +140,10 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 	if err := s.check(ctx, ledger.ValidateRelease(lease, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
+	now, err := s.decisionTime(ctx, "release", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
 	return s.transition(ctx, "release", how{op: ledger.OpRelease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Release(lease, now)
 		return d, o, nil
@@ -133,6 +153,10 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 // Abandon ends one open delivery as Expired with cause (see ledger.Ledger).
 func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.Cause, now time.Time) (ledger.DeliveryResult, error) {
 	if err := s.check(ctx, ledger.ValidateAbandon(id, cause, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "abandon", now)
+	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	return s.transition(ctx, "abandon", how{op: ledger.OpAbandon}, id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {

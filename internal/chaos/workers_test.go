@@ -43,8 +43,11 @@ type params struct {
 	Workers int `json:"workers"` // goroutine workers
 	// Lease is the lease and claim duration in logical time; skews are
 	// up to one Lease either way.
-	Lease   time.Duration `json:"lease"`
-	MaxHeld int           `json:"max_held"` // leases (and claims) a worker holds at most
+	Lease time.Duration `json:"lease"`
+	// StoreClock: the store decides on the database's clock, so times a
+	// worker hands it (a claim's next retry) must be on that clock too.
+	StoreClock bool `json:"store_clock"`
+	MaxHeld    int  `json:"max_held"` // leases (and claims) a worker holds at most
 	// CancelRate of calls get a context cancelled after a random delay of
 	// up to CancelMax of wall time (zero: before the call starts).
 	CancelRate float64       `json:"cancel_rate"`
