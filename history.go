@@ -15,7 +15,10 @@ import (
 // for every entry today; it is kept so that readers need not assume it.
 type Transition struct {
 	// Seq orders the transitions of one record: 1 for the first, one more
-	// for each after it.
+	// for each after it. It equals the record's Version after the change.
+	// Transitions made while recording was off (or, in pgstore, before
+	// migration 0005) are missing, so such a history starts later or has
+	// gaps.
 	Seq int64 `json:"seq"`
 	// Op is the call that made the change. Taking back a lease under the
 	// incarnation rule is OpReclaim; a sweep by Expire is OpExpire.

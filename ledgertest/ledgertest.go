@@ -10,7 +10,9 @@
 //
 // Subtests are named after the rule they check (Enqueue/SameContentIsRepeated).
 // There are no capability flags: a store passes the whole suite or it does
-// not conform. Time moves only by passing later now values computed from a
+// not conform. The groups for optional interfaces (Renewer, Purger,
+// Historian, StatsReporter and their outbox twins) run when the store
+// implements the interface and skip, saying which, when it does not. Time moves only by passing later now values computed from a
 // fixed t0; nothing sleeps. Invariant checkers return errors so that the
 // suite can itself be tested against deliberately broken stores.
 package ledgertest
