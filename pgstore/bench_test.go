@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,3 +360,113 @@ func BenchmarkClaimDeliverCycle(b *testing.B) {
 		pending--
 	}
 }
+
+// benchCallers is how many goroutines BenchmarkParallelCompletion
+// completes from, and benchSessions the connections they share: the
+// callers of a busy worker process, over the pool of a small one.
+const benchCallers, benchSessions = 256, 8
+
+// BenchmarkParallelCompletion acknowledges distinct leased deliveries
+// from benchCallers goroutines over a pool of benchSessions connections,
+// one call each, with group commit (grouped) and without (alone), beside
+// what the server itself does at that concurrency (ceiling: autocommit
+// single-row UPDATEs of a small table, ledgerbench's ceiling (i)). ns/op
+// is per call; calls/s is the rate. The target: grouped at least
+// 3x ceiling. Run with a fixed -benchtime (e.g. 5000x): each run leases
+// b.N deliveries first, with the timer stopped.
+func BenchmarkParallelCompletion(b *testing.B) {
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	cfg.MaxConns = benchSessions
+	pool, err := pgxpool.NewWithConfig(benchContext(b), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	b.Run("ceiling", func(b *testing.B) {
+		ctx := benchContext(b)
+		schema := pgtest.Schema(b, pool)
+		table := pgx.Identifier{schema, "t"}.Sanitize()
+		for _, sql := range []string{
+			"CREATE SCHEMA " + pgx.Identifier{schema}.Sanitize(),
+			"CREATE TABLE " + table + " (id integer PRIMARY KEY, v bigint NOT NULL)",
+			"INSERT INTO " + table + " SELECT i, 0 FROM generate_series(1, 10000) AS i",
+			"VACUUM ANALYZE " + table,
+		} {
+			if _, err := pool.Exec(ctx, sql); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var next atomic.Int64
+		runCallers(b, func() error {
+			_, err := pool.Exec(ctx, "UPDATE "+table+" SET v = v + 1 WHERE id = $1", 1+next.Add(1)%10000)
+			return err
+		})
+	})
+	for _, group := range []bool{false, true} {
+		name := map[bool]string{false: "alone", true: "grouped"}[group]
+		b.Run(name, func(b *testing.B) {
+			ctx := benchContext(b)
+			s, err := New(pool, WithSchema(pgtest.Schema(b, pool)), WithGroupCommit(group), WithGroupCommitMax(benchMax))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			enqueueN(ctx, b, s, "d", 0, b.N)
+			leases := leaseAll(ctx, b, s, ledger.Owner{Agent: "agent", Incarnation: "boot"}, benchT0, time.Hour)
+			if len(leases) != b.N {
+				b.Fatalf("leased %d of %d", len(leases), b.N)
+			}
+			analyze(ctx, b, s)
+			var next atomic.Int64
+			runCallers(b, func() error {
+				l := leases[next.Add(1)-1]
+				r, err := s.Acknowledge(ctx, l.Lease, "seen", benchT0)
+				if err == nil && r.Outcome != ledger.OutcomeApplied {
+					err = fmt.Errorf("acknowledge %s: outcome %s", l.Lease.DeliveryID, r.Outcome)
+				}
+				return err
+			})
+			if group {
+				q := s.groups.deliveries
+				if n := q.groupsRun.Load(); n > 0 {
+					b.ReportMetric(float64(q.callsGrouped.Load())/float64(n), "calls/group")
+				}
+			}
+		})
+	}
+}
+
+// runCallers times b.N calls of call spread over benchCallers goroutines
+// and reports the rate.
+func runCallers(b *testing.B, call func() error) {
+	b.Helper()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	for range benchCallers {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := call(); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+var benchMax = 128

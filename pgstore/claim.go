@@ -433,10 +433,12 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 // claimApply is the state machine step of one claim completion.
 type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome)
 
-// completeClaim runs apply on the locked entry of claim, stamped with the
-// store's clock: OutcomeNotFound when there is none, a write only on
-// OutcomeApplied, recorded as made by h.
-func (o *Outbox) completeClaim(ctx context.Context, op string, h how, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
+// completeClaimAlone runs apply on the locked entry of claim, in a
+// transaction of its own, stamped with the store's clock:
+// OutcomeNotFound when there is none, a write only on OutcomeApplied,
+// recorded as made by h. completeClaim (group_tx.go) groups it with
+// others when it can.
+func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
 	s := o.s
 	var res ledger.OutboxResult
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {

@@ -28,7 +28,9 @@
 // calls. A single-record transition is one transaction that locks the row
 // (SELECT ... FOR UPDATE), applies the state machine in Go and writes the
 // new record back only when the call applied, re-checking the version it
-// read; a call that does not apply writes nothing. Lease and the claims
+// read; a call that does not apply writes nothing. Concurrent
+// single-record transitions share such a transaction (see Group commit
+// below). Lease and the claims
 // are one statement each (FOR UPDATE SKIP LOCKED, then UPDATE ...
 // RETURNING), so concurrent callers on any number of machines never get
 // the same record; that statement is the grant transition written in SQL,
@@ -62,6 +64,25 @@
 //	// ... the caller's business writes on tx ...
 //	_, err = store.WithTx(tx).Outbox().Enqueue(ctx, env)
 //	err = tx.Commit(ctx)
+//
+// # Group commit
+//
+// A single-record transition mostly waits for its commit to be flushed.
+// With group commit (WithGroupCommit, on by default), the transitions
+// that many goroutines make at the same time are coalesced: the first
+// caller to arrive leads a group, waits a short window
+// (WithGroupCommitWindow) or until the group is full
+// (WithGroupCommitMax), locks all its records in ID order, applies each
+// call's step in arrival order exactly as it would apply alone, writes
+// the changed records, their history and their counts back in one
+// statement each, and commits once; every caller gets its own outcome
+// and record. Under load, the next group fills while one commits, so the
+// calls per second grow with the callers, not with the connections.
+// There is no background goroutine. A group whose transaction fails runs
+// each of its calls again on its own, so one bad call does not fail the
+// others. A call whose context ends before its group is taken writes
+// nothing; one whose context ends while its group runs returns an error
+// and may have applied. Calls through WithTx never group.
 //
 // # Errors
 //

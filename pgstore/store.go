@@ -52,7 +52,8 @@ type config struct {
 	dbClock       bool
 	logger        *slog.Logger
 	skewThreshold time.Duration
-	err           error // the first invalid option
+	group         groupConfig // group commit (group.go)
+	err           error       // the first invalid option
 }
 
 // Option configures New.
@@ -148,15 +149,16 @@ type dbtx interface {
 // Store is the PostgreSQL delivery ledger. It implements ledger.Ledger and
 // ledger.BatchEnqueuer; Outbox returns the outbox claim store over the same
 // database. A Store is safe for concurrent use by many goroutines and many
-// processes on many machines: every call is one short transaction, leases
-// and claims are row state, and no lock, transaction or session state
-// outlives a call.
+// processes on many machines: every call is one short transaction (or a
+// share of one, see WithGroupCommit), leases and claims are row state, and
+// no lock, transaction or session state outlives a call.
 type Store struct {
 	db       dbtx
 	callerTx bool // db is the caller's transaction: no commits, no retries
 	cfg      config
 	q        *queries
 	skew     *skewMeter // shared with the stores WithTx derives
+	groups   *groups    // group commit queues (group.go); nil when off
 }
 
 // New returns a store on pool. It checks the options but does not touch
@@ -173,6 +175,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		// is where a host expects a library's warnings to go.
 		logger:        slog.Default(),
 		skewThreshold: DefaultSkewThreshold,
+		group:         defaultGroupConfig(),
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -185,7 +188,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: new: %w", &ledger.InvalidError{Field: "pool", Reason: "must not be nil"})
 	}
-	return &Store{db: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}, nil
+	s := &Store{db: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
+	s.groups = newGroups(s)
+	return s, nil
 }
 
 // Schema returns the schema that holds the store's tables.

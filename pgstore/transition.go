@@ -9,10 +9,12 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// This file holds the single-delivery transitions and the reads. Every
-// transition is one transaction: lock the row (SELECT ... FOR UPDATE),
-// apply the state machine's method to it in Go, and write the new record
-// back only when the call applied, re-checking the version read.
+// This file holds the single-delivery transitions and the reads. On its
+// own, a transition is one transaction: lock the row (SELECT ... FOR
+// UPDATE), apply the state machine's method to it in Go, and write the
+// new record back only when the call applied, re-checking the version
+// read. With group commit (group.go) concurrent transitions share one
+// such transaction.
 
 // deliveryApply is the state machine step of one transition.
 type deliveryApply func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error)
@@ -50,6 +52,39 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 	return res, nil
 }
 
+// transitionAlone runs c in a transaction of its own (see transition).
+// With a fence, the delivery's target row in target_fences is locked too
+// (and created if absent, which is undone when the call does not apply),
+// so the fence checks and raises of one target are serialised across
+// processes.
+func (s *Store) transitionAlone(ctx context.Context, c deliveryCompletion) (ledger.DeliveryResult, error) {
+	return s.transition(ctx, c.op, c.h, c.id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		var highest *ledger.Fence
+		if c.fence != nil {
+			if _, err := tx.Exec(ctx, s.q.ensureFence, string(d.Target)); err != nil {
+				return d, "", err
+			}
+			var h *int64
+			if err := tx.QueryRow(ctx, s.q.lockFence, string(d.Target)).Scan(&h); err != nil {
+				return d, "", err
+			}
+			if h != nil {
+				highest = ledger.FenceOf(*h)
+			}
+		}
+		next, o := c.step(d, highest)
+		if o != ledger.OutcomeApplied {
+			return next, o, nil
+		}
+		if raised := ledger.RaiseFence(highest, c.fence); raised != nil && (highest == nil || *raised != *highest) {
+			if _, err := tx.Exec(ctx, s.q.setFence, string(next.Target), int64(*raised)); err != nil {
+				return next, "", err
+			}
+		}
+		return next, o, nil
+	})
+}
+
 // Acknowledge records receipt under the current lease (see ledger.Ledger).
 func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
 	if err := s.check(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
@@ -59,10 +94,10 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "acknowledge", how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		d, o := d.Acknowledge(lease, observation, now)
-		return d, o, nil
-	})
+	return s.complete(ctx, deliveryCompletion{op: "acknowledge", h: how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, id: lease.DeliveryID,
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.Acknowledge(lease, observation, now)
+		}})
 }
 
 // MarkProcessed closes an acknowledged delivery (see ledger.Ledger). With
@@ -77,31 +112,10 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "mark processed", how{op: ledger.OpMarkProcessed, actor: owner.String()}, id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		var highest *ledger.Fence
-		if fence != nil {
-			if _, err := tx.Exec(ctx, s.q.ensureFence, string(d.Target)); err != nil {
-				return d, "", err
-			}
-			var h *int64
-			if err := tx.QueryRow(ctx, s.q.lockFence, string(d.Target)).Scan(&h); err != nil {
-				return d, "", err
-			}
-			if h != nil {
-				highest = ledger.FenceOf(*h)
-			}
-		}
-		d, o := d.MarkProcessed(owner, fence, highest, action, now)
-		if o != ledger.OutcomeApplied {
-			return d, o, nil
-		}
-		if raised := ledger.RaiseFence(highest, fence); raised != nil && (highest == nil || *raised != *highest) {
-			if _, err := tx.Exec(ctx, s.q.setFence, string(d.Target), int64(*raised)); err != nil {
-				return d, "", err
-			}
-		}
-		return d, o, nil
-	})
+	return s.complete(ctx, deliveryCompletion{op: "mark processed", h: how{op: ledger.OpMarkProcessed, actor: owner.String()}, id: id, fence: fence,
+		step: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.MarkProcessed(owner, fence, highest, action, now)
+		}})
 }
 
 // RecordActivation notes what a push or wake-up did (see ledger.Ledger).
@@ -113,10 +127,10 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "record activation", how{op: ledger.OpRecordActivation}, id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		d, o := d.RecordActivation(activation, now)
-		return d, o, nil
-	})
+	return s.complete(ctx, deliveryCompletion{op: "record activation", h: how{op: ledger.OpRecordActivation}, id: id,
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.RecordActivation(activation, now)
+		}})
 }
 
 // MarkFailed gives up the attempt held under lease (see ledger.Ledger).
@@ -128,10 +142,10 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "mark failed", how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		d, o := d.MarkFailed(lease, reason, now)
-		return d, o, nil
-	})
+	return s.complete(ctx, deliveryCompletion{op: "mark failed", h: how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, id: lease.DeliveryID,
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.MarkFailed(lease, reason, now)
+		}})
 }
 
 // Release gives the lease back without counting the attempt (see
@@ -144,10 +158,10 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "release", how{op: ledger.OpRelease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		d, o := d.Release(lease, now)
-		return d, o, nil
-	})
+	return s.complete(ctx, deliveryCompletion{op: "release", h: how{op: ledger.OpRelease, actor: lease.Owner.String()}, id: lease.DeliveryID,
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.Release(lease, now)
+		}})
 }
 
 // Abandon ends one open delivery as Expired with cause (see ledger.Ledger).
@@ -159,10 +173,10 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.transition(ctx, "abandon", how{op: ledger.OpAbandon}, id, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		d, o := d.Abandon(cause, now)
-		return d, o, nil
-	})
+	return s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.Abandon(cause, now)
+		}})
 }
 
 // Get returns one delivery in any state; an error matching

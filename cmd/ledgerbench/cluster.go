@@ -110,14 +110,15 @@ func (e *env) close() {
 	}
 }
 
-// fresh returns empty stores for one workload.
-func (e *env) fresh(ctx context.Context, w workloadName) (*stores, error) {
+// fresh returns empty stores for one workload; opts, on PostgreSQL, come
+// after the run's own options and so override them.
+func (e *env) fresh(ctx context.Context, w workloadName, opts ...pgstore.Option) (*stores, error) {
 	if e.cfg.store == storeMem {
 		s := memstore.New()
 		return &stores{ledger: s, outbox: s.Outbox(), drop: func() {}}, nil
 	}
 	schema := "ledgerbench_" + strings.ReplaceAll(string(w), "-", "_") + "_" + strings.ToLower(string(ledger.NewToken())[:8])
-	s, err := e.newPGStore(schema)
+	s, err := e.newPGStore(schema, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -130,10 +131,11 @@ func (e *env) fresh(ctx context.Context, w workloadName) (*stores, error) {
 }
 
 // newPGStore builds every PostgreSQL store of the run, so that a store
-// option chosen by a flag is set in this one place.
-func (e *env) newPGStore(schema string) (*pgstore.Store, error) {
-	opts := []pgstore.Option{pgstore.WithSchema(schema)}
-	return pgstore.New(e.pool, opts...)
+// option chosen by a flag is set in this one place; extra options come
+// last.
+func (e *env) newPGStore(schema string, extra ...pgstore.Option) (*pgstore.Store, error) {
+	opts := []pgstore.Option{pgstore.WithSchema(schema), pgstore.WithGroupCommit(e.cfg.groupCommit)}
+	return pgstore.New(e.pool, append(opts, extra...)...)
 }
 
 // dropSchema removes a schema the run created, also after the run was

@@ -9,7 +9,8 @@
 //	outbox-drain (b)    enqueue -items outbox entries, then -workers claim
 //	                    batches and mark each delivered
 //	completions         lease -items in batches, then acknowledge and mark
-//	                    processed each with its own call from -workers goroutines
+//	                    processed each with its own call from -callers goroutines;
+//	                    on PostgreSQL with group commit and without, side by side
 //	steady (c)          producers offer -rate items/s for -duration while
 //	                    -workers consumers complete them; enqueue-to-completion
 //	                    latency
@@ -40,6 +41,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -91,6 +93,12 @@ func (w workloadName) memOnly() bool { return w == workloadMemory }
 // defaultMemoryItems is how many open deliveries the memory workload holds.
 const defaultMemoryItems = 1_000_000
 
+// defaultCallers is the completions workload's goroutines: the items a
+// busy worker process has in hand at once, each finished with calls of
+// its own. Far more callers than sessions is what group commit is for;
+// the sessions stay those of the pool (-workers and a few).
+const defaultCallers = 256
+
 // config is one run's settings, from the flags.
 type config struct {
 	store            storeKind
@@ -107,6 +115,12 @@ type config struct {
 	memoryItems      int
 	workloads        []workloadName
 	json             bool
+	// groupCommit is pgstore.WithGroupCommit for every store of the run
+	// (the completions workload measures both ways regardless).
+	groupCommit bool
+	// callers is how many goroutines make the completions workload's
+	// calls, each one call at a time.
+	callers int
 }
 
 // selected reports whether the run includes w.
@@ -126,6 +140,8 @@ func defaultConfig() config {
 		snapshotDuration: 60 * time.Second,
 		ceilingDuration:  5 * time.Second,
 		memoryItems:      defaultMemoryItems,
+		groupCommit:      true,
+		callers:          defaultCallers,
 	}
 }
 
@@ -141,8 +157,14 @@ func main() {
 	// The first interrupt cancels the run, which then cleans up (drops
 	// its schemas, stops the cluster) on its way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if p := os.Getenv("TMP_CPUPROFILE"); p != "" {
+		f, _ := os.Create(p)
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	err = run(ctx, cfg, os.Stdout, os.Stderr)
 	stop()
+	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerbench:", err)
 		os.Exit(1)
@@ -167,6 +189,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.ceilingDuration, "ceiling-duration", cfg.ceilingDuration, "length of each ceiling measurement")
 	workloads := fs.String("workload", "all", "comma-separated workloads: "+workloadList()+", or all")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON document instead of the table")
+	fs.BoolVar(&cfg.groupCommit, "group-commit", cfg.groupCommit, "PostgreSQL: coalesce concurrent per-item completions into shared transactions (pgstore.WithGroupCommit)")
+	fs.IntVar(&cfg.callers, "callers", cfg.callers, "goroutines making the completions workload's calls (1 to 4096)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -247,6 +271,8 @@ func (c config) validate() error {
 		return errors.New("-workers must be between 1 and 128")
 	case c.items < 1:
 		return errors.New("-items must be positive")
+	case c.callers < 1 || c.callers > 4096:
+		return errors.New("-callers must be between 1 and 4096")
 	case c.batch < 1 || c.batch > 1000:
 		return errors.New("-batch must be between 1 and 1000")
 	case c.duration <= 0 || c.snapshotDuration <= 0 || c.ceilingDuration <= 0:

@@ -130,6 +130,13 @@ func TestParseFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, cfg.workloads, workloadSnapshot)
 	assert.NotContains(t, cfg.workloads, workloadMemory)
+	assert.True(t, cfg.groupCommit, "group commit is on by default, as in pgstore")
+	assert.Equal(t, defaultCallers, cfg.callers)
+
+	cfg, err = parseFlags([]string{"-store", "pg", "-group-commit=false", "-callers", "32"}, &stderr)
+	require.NoError(t, err)
+	assert.False(t, cfg.groupCommit)
+	assert.Equal(t, 32, cfg.callers)
 
 	for _, args := range [][]string{
 		{"-workload", "snapshot"},
@@ -139,6 +146,7 @@ func TestParseFlags(t *testing.T) {
 		{"-batch", "1001"},
 		{"-dsn", "postgres://x"},
 		{"-scale-max", "10"},
+		{"-callers", "0"},
 	} {
 		_, err := parseFlags(args, &stderr)
 		assert.Error(t, err, "%q", args)
@@ -162,7 +170,8 @@ func TestRunOnPostgreSQL(t *testing.T) {
 	cfg.items, cfg.workers, cfg.batch = 200, 4, 50
 	cfg.ceilingDuration, cfg.duration, cfg.snapshotDuration = 500*time.Millisecond, time.Second, 2*time.Second
 	cfg.rate, cfg.scaleMax, cfg.scaleCalls = 200, 2000, 20
-	cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain, workloadSteady, workloadScale, workloadSnapshot}
+	cfg.callers = 16
+	cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain, workloadCompletions, workloadSteady, workloadScale, workloadSnapshot}
 	rep, _ := runJSON(t, cfg)
 
 	require.NotNil(t, rep.Ceilings)
@@ -177,6 +186,13 @@ func TestRunOnPostgreSQL(t *testing.T) {
 	require.NotNil(t, drain.CeilingRatio)
 	assert.InDelta(t, drain.Value/rep.Ceilings.BatchedRowsPerSec, *drain.CeilingRatio, 1e-9)
 	assert.Equal(t, verdictNA, drain.Verdict, "the drain targets are stated for 8 workers")
+
+	on := value(t, rep, workloadCompletions, "completion calls, group commit on (16 callers)")
+	off := value(t, rep, workloadCompletions, "completion calls, group commit off (16 callers)")
+	assert.Positive(t, on.Value)
+	assert.Positive(t, off.Value)
+	assert.Contains(t, []verdict{verdictPass, verdictFail}, on.Verdict, "judged against ceiling (i)")
+	assert.InDelta(t, on.Value/off.Value, value(t, rep, workloadCompletions, "group commit on over off").Value, 1e-9)
 
 	assert.Positive(t, value(t, rep, workloadSteady, "completed").Value)
 	assert.Positive(t, value(t, rep, workloadSteady, "client heap in use at end").Value)

@@ -140,6 +140,8 @@ type settings struct {
 	CeilingDuration  string         `json:"ceiling_duration"`
 	MemoryItems      int            `json:"memory_items"`
 	Workloads        []workloadName `json:"workloads"`
+	GroupCommit      bool           `json:"group_commit"`
+	Callers          int            `json:"callers"`
 }
 
 // report collects a run's figures; it is also the -json document.
@@ -163,6 +165,7 @@ func newReport(cfg config, server string) *report {
 			ScaleMax: cfg.scaleMax, ScaleCalls: cfg.scaleCalls,
 			SnapshotDuration: cfg.snapshotDuration.String(), CeilingDuration: cfg.ceilingDuration.String(),
 			MemoryItems: cfg.memoryItems, Workloads: cfg.workloads,
+			GroupCommit: cfg.groupCommit, Callers: cfg.callers,
 		},
 	}
 }
@@ -196,8 +199,8 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "store: %s\n", r.Server)
 	s := r.Settings
-	fmt.Fprintf(w, "settings: workers %d, items %d, batch %d, steady %s at %g items/s, scale-max %d, snapshot %s\n",
-		s.Workers, s.Items, s.Batch, s.Duration, s.Rate, s.ScaleMax, s.SnapshotDuration)
+	fmt.Fprintf(w, "settings: workers %d, items %d, batch %d, steady %s at %g items/s, scale-max %d, snapshot %s, group commit %t, callers %d\n",
+		s.Workers, s.Items, s.Batch, s.Duration, s.Rate, s.ScaleMax, s.SnapshotDuration, s.GroupCommit, s.Callers)
 	if c := r.Ceilings; c != nil {
 		fmt.Fprintf(w, "ceilings (%d sessions, %gs each): (i) %.0f single-row UPDATE txn/s (%.2f ms each); (ii) %.0f rows/s in UPDATEs of 1,000 rows\n",
 			c.Workers, c.Seconds, c.UpdateTxnPerSec, c.UpdateTxnMillis, c.BatchedRowsPerSec)

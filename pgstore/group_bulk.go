@@ -1,0 +1,251 @@
+package pgstore
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file writes the records a group changed back in one statement:
+// UPDATE ... FROM unnest(one array per column), setting only the columns
+// that changed in some record of the group. Against one UPDATE per record
+// it saves the server a statement per record, and against writing every
+// column it saves encoding, sending and decoding the columns no call of
+// the group touched (the payload first of all).
+
+// bulkTable is one table's bulk UPDATE statements, one per set of
+// changed columns, built when first needed.
+type bulkTable struct {
+	table string
+	names []string // column names, id first (see row.go)
+	types []string // their SQL types; "" for a type sqlType does not know
+
+	mu     sync.Mutex
+	byMask map[uint64]string
+}
+
+// maxBulkStatements bounds the statements a bulkTable keeps: the sets of
+// columns the state machine's transitions change are few, and a mix of
+// calls in one group only unions them, so the bound is only a guard.
+const maxBulkStatements = 256
+
+func newBulkTable(table string, cols []column) *bulkTable {
+	t := &bulkTable{table: table, names: columnNames(cols), byMask: map[uint64]string{}}
+	for _, c := range cols {
+		t.types = append(t.types, sqlType(c.ptr))
+	}
+	return t
+}
+
+// statement returns the UPDATE of the columns in mask (bit j: column j):
+// $1 the IDs, $2 the versions read under the rows' locks, then one array
+// per column in mask, in column order. A row whose version moved is not
+// written, which the caller tells by the rows affected.
+func (t *bulkTable) statement(mask uint64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if sql, ok := t.byMask[mask]; ok {
+		return sql
+	}
+	params := []string{"$1::text[]", "$2::bigint[]"}
+	aliases := []string{"id", "read_version"}
+	var sets []string
+	for j, name := range t.names {
+		if mask&(1<<j) == 0 {
+			continue
+		}
+		params = append(params, fmt.Sprintf("$%d::%s[]", len(params)+1, t.types[j]))
+		aliases = append(aliases, name)
+		sets = append(sets, name+" = u."+name)
+	}
+	sql := "UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
+		" FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(aliases, ", ") + ")" +
+		" WHERE t.id = u.id AND t.version = u.read_version"
+	if len(t.byMask) < maxBulkStatements {
+		t.byMask[mask] = sql
+	}
+	return sql
+}
+
+// bulkWrite collects the changes of one group to the records of one
+// table: per record, its row as read and as the group's last change left
+// it. A record changed twice is written once.
+type bulkWrite[R any] struct {
+	t    *bulkTable
+	row  func(R) ([]column, error)
+	ids  []string
+	read map[string][]column // the rows as the group read them
+	last map[string]R
+}
+
+// newBulkWrite starts the write-back of the rows read, which row maps
+// records to.
+func newBulkWrite[R any](t *bulkTable, read map[string][]column, row func(R) ([]column, error)) *bulkWrite[R] {
+	return &bulkWrite[R]{t: t, row: row, read: read, last: map[string]R{}}
+}
+
+// change records after as the new state of record id, which was read.
+func (w *bulkWrite[R]) change(id string, after R) {
+	if _, seen := w.last[id]; !seen {
+		w.ids = append(w.ids, id)
+	}
+	w.last[id] = after
+}
+
+// queueChecked adds the UPDATE to w's writes, checked to write every
+// row: a row whose version moved under its lock is a bug, and the
+// transaction is rolled back (errRowChanged).
+func (w *bulkWrite[R]) queueChecked(gw *groupWrites) error {
+	at := gw.b.Len()
+	n, err := w.queue(gw.b)
+	if err != nil {
+		return err
+	}
+	check := gw.check
+	gw.check = func(i int, tag pgconn.CommandTag) error {
+		if i == at && tag.RowsAffected() != int64(n) {
+			return errRowChanged
+		}
+		if check != nil {
+			return check(i, tag)
+		}
+		return nil
+	}
+	return nil
+}
+
+// queue adds the UPDATE to b and returns how many rows it must write.
+func (w *bulkWrite[R]) queue(b *pgx.Batch) (int, error) {
+	afters := make([][]column, len(w.ids))
+	var mask uint64
+	version := len(w.t.names) - 1 // the last column (see row.go)
+	for i, id := range w.ids {
+		var err error
+		if afters[i], err = w.row(w.last[id]); err != nil {
+			return 0, err
+		}
+		before := w.read[id]
+		for j := 1; j < len(afters[i]); j++ {
+			if mask&(1<<j) == 0 && !sameValue(before[j].ptr, afters[i][j].ptr) {
+				mask |= 1 << j
+			}
+		}
+	}
+	mask |= 1 << version // always written; it is the guard of the next write
+	versions := make([]int64, len(w.ids))
+	for i, id := range w.ids {
+		versions[i] = *w.read[id][version].ptr.(*int64)
+	}
+	args := []any{w.ids, versions}
+	for j := 1; j < len(w.t.names); j++ {
+		if mask&(1<<j) == 0 {
+			continue
+		}
+		a := newColumnArray(afters[0][j].ptr, len(w.ids))
+		for i := range afters {
+			a.add(afters[i][j].ptr)
+		}
+		args = append(args, a.value())
+	}
+	b.Queue(w.t.statement(mask), args...)
+	return len(w.ids), nil
+}
+
+// sqlType names the SQL type of a row field (a column's pointer); ""
+// for a type it does not know, which makes the statement fail (and the
+// group fall back to single calls). A test checks every column.
+func sqlType(ptr any) string {
+	switch ptr.(type) {
+	case *string, **string:
+		return "text"
+	case *[]byte:
+		return "bytea"
+	case *int64, **int64:
+		return "bigint"
+	case **bool:
+		return "boolean"
+	case *time.Time, **time.Time:
+		return "timestamptz"
+	}
+	return ""
+}
+
+// sameValue reports whether two row fields of one column (pointers of
+// one type) hold the same value; false for a type it does not know, so
+// that such a column is always written.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case *string:
+		return *x == *b.(*string)
+	case **string:
+		return samePtr(*x, *b.(**string), func(p, q string) bool { return p == q })
+	case *[]byte:
+		return bytes.Equal(*x, *b.(*[]byte)) && (*x == nil) == (*b.(*[]byte) == nil)
+	case *int64:
+		return *x == *b.(*int64)
+	case **int64:
+		return samePtr(*x, *b.(**int64), func(p, q int64) bool { return p == q })
+	case **bool:
+		return samePtr(*x, *b.(**bool), func(p, q bool) bool { return p == q })
+	case *time.Time:
+		return x.Equal(*b.(*time.Time))
+	case **time.Time:
+		return samePtr(*x, *b.(**time.Time), time.Time.Equal)
+	}
+	return false
+}
+
+func samePtr[T any](p, q *T, eq func(T, T) bool) bool {
+	if p == nil || q == nil {
+		return p == q
+	}
+	return eq(*p, *q)
+}
+
+// columnArray collects one column of many rows, as the array of a bulk
+// UPDATE parameter.
+type columnArray interface {
+	add(ptr any)
+	value() any
+}
+
+type typedArray[T any] struct{ v []T }
+
+func (a *typedArray[T]) add(ptr any) { a.v = append(a.v, *ptr.(*T)) }
+func (a *typedArray[T]) value() any  { return a.v }
+
+// newColumnArray returns an empty array for n values of the column whose
+// field ptr points at.
+func newColumnArray(ptr any, n int) columnArray {
+	switch ptr.(type) {
+	case *string:
+		return &typedArray[string]{make([]string, 0, n)}
+	case **string:
+		return &typedArray[*string]{make([]*string, 0, n)}
+	case *[]byte:
+		return &typedArray[[]byte]{make([][]byte, 0, n)}
+	case *int64:
+		return &typedArray[int64]{make([]int64, 0, n)}
+	case **int64:
+		return &typedArray[*int64]{make([]*int64, 0, n)}
+	case **bool:
+		return &typedArray[*bool]{make([]*bool, 0, n)}
+	case *time.Time:
+		return &typedArray[time.Time]{make([]time.Time, 0, n)}
+	case **time.Time:
+		return &typedArray[*time.Time]{make([]*time.Time, 0, n)}
+	}
+	return &unknownArray{}
+}
+
+// unknownArray stands for a column of a type sqlType does not know: the
+// statement has no SQL type for it and fails, so no value is needed.
+type unknownArray struct{}
+
+func (*unknownArray) add(any)    {}
+func (*unknownArray) value() any { return nil }

@@ -1,0 +1,686 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgtest"
+	"github.com/leaseledger/ledger/ledgertest"
+)
+
+// Tests of group commit (group.go). Most of them fix a group's members
+// and their order: the store's queues get a window of a minute and a
+// maximum of exactly the calls of the test, and each call starts only
+// once the one before it is queued, so the group is taken when the last
+// arrives, with the calls in that order. Their answers are compared with
+// those of the same calls, in the same order, on a store without group
+// commit.
+
+var groupT0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// groupTestStore returns a migrated store in a fresh schema, stamped with
+// a fixed clock, quiet about the skew of that clock.
+func groupTestStore(t *testing.T, opts ...Option) (*Store, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	pool := pgtest.Pool(t)
+	s, err := New(pool, append([]Option{WithSchema(pgtest.Schema(t, pool)), WithClock(func() time.Time { return groupT0 }),
+		WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	return s, ctx
+}
+
+// fixGroups makes the next group of each queue take exactly n calls.
+func fixGroups(s *Store, n int) {
+	s.groups.deliveries.window, s.groups.deliveries.max = time.Minute, n
+	s.groups.entries.window, s.groups.entries.max = time.Minute, n
+}
+
+// queued waits until q holds n requests waiting for a group.
+func queued[Req, Res any](t *testing.T, q *groupQueue[Req, Res], n int) {
+	t.Helper()
+	queuedOr(t, q, n, func() bool { return false })
+}
+
+// queuedOr is queued that fails as soon as gone reports that the call
+// expected to queue returned instead.
+func queuedOr[Req, Res any](t *testing.T, q *groupQueue[Req, Res], n int, gone func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		q.mu.Lock()
+		k := len(q.pending)
+		q.mu.Unlock()
+		switch {
+		case k >= n:
+			return
+		case gone():
+			t.Fatalf("call %d returned before it was queued", n)
+		case time.Now().After(deadline):
+			t.Fatalf("%d calls queued, want %d", k, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// answer is what one call returned.
+type answer[R any] struct {
+	res R
+	err error
+}
+
+// inOrder runs calls, each from a goroutine of its own started once the
+// ones before it are queued in q, and returns their answers.
+func inOrder[Req, Res, R any](t *testing.T, q *groupQueue[Req, Res], calls []func() (R, error)) []answer[R] {
+	t.Helper()
+	out := make([]answer[R], len(calls))
+	var wg sync.WaitGroup
+	var last atomic.Bool
+	for i, call := range calls {
+		last.Store(false)
+		wg.Go(func() {
+			out[i].res, out[i].err = call()
+			if i < len(calls)-1 {
+				last.Store(true)
+			}
+		})
+		if i < len(calls)-1 {
+			queuedOr(t, q, i+1, last.Load)
+		}
+	}
+	wg.Wait()
+	return out
+}
+
+// alone runs calls one after the other.
+func alone[R any](calls []func() (R, error)) []answer[R] {
+	out := make([]answer[R], len(calls))
+	for i, call := range calls {
+		out[i].res, out[i].err = call()
+	}
+	return out
+}
+
+// blank removes what differs between two stores given the same calls:
+// the random tokens.
+func blank(d ledger.Delivery) ledger.Delivery {
+	d = d.Clone()
+	if d.Lease != nil {
+		d.Lease.Token = ""
+	}
+	if d.EndedLease != nil {
+		d.EndedLease.Token = ""
+	}
+	return d
+}
+
+func blankEntry(e ledger.OutboxEntry) ledger.OutboxEntry {
+	e = e.Clone()
+	if e.Claim != nil {
+		e.Claim.Token = ""
+	}
+	if e.EndedClaim != nil {
+		e.EndedClaim.Token = ""
+	}
+	return e
+}
+
+func TestGroupCommitOptions(t *testing.T) {
+	for _, opt := range []Option{WithGroupCommitWindow(-time.Nanosecond), WithGroupCommitWindow(MaxGroupCommitWindow + 1),
+		WithGroupCommitMax(0), WithGroupCommitMax(ledger.MaxLimit + 1)} {
+		_, err := New(nil, opt)
+		require.ErrorIs(t, err, ledger.ErrInvalid)
+		var ie *ledger.InvalidError
+		require.ErrorAs(t, err, &ie)
+		require.Contains(t, ie.Field, "group commit")
+	}
+	s, err := New(&pgxpool.Pool{}, WithGroupCommitWindow(0), WithGroupCommitMax(1))
+	require.NoError(t, err)
+	require.NotNil(t, s.groups, "on by default")
+	assert.Equal(t, time.Duration(0), s.groups.deliveries.window)
+	assert.Equal(t, 1, s.groups.entries.max)
+	s, err = New(&pgxpool.Pool{}, WithGroupCommit(false))
+	require.NoError(t, err)
+	require.Nil(t, s.groups)
+}
+
+// TestBulkColumnsKnown checks that the bulk write-back knows every column
+// of both tables: its SQL type, its array and its comparison.
+func TestBulkColumnsKnown(t *testing.T) {
+	for _, cols := range [][]column{(&deliveryRow{}).columns(), (&outboxRow{}).columns()} {
+		require.LessOrEqual(t, len(cols), 64, "a column set is a 64-bit mask")
+		for _, c := range cols {
+			require.NotEmpty(t, sqlType(c.ptr), c.name)
+			_, unknown := newColumnArray(c.ptr, 1).(*unknownArray)
+			require.False(t, unknown, c.name)
+			require.True(t, sameValue(c.ptr, c.ptr), c.name)
+		}
+	}
+}
+
+// TestGroupCommitManyCallers completes 64 leased deliveries from 64
+// goroutines in one group, then marks them processed in another.
+func TestGroupCommitManyCallers(t *testing.T) {
+	const n = 64
+	s, ctx := groupTestStore(t)
+	owner := ledger.Owner{Agent: "agent", Incarnation: "boot"}
+	reqs := make([]ledger.EnqueueRequest, n)
+	for i := range reqs {
+		reqs[i] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d%02d", i)), Target: ledger.Target(fmt.Sprintf("h%d", i%4))}
+	}
+	_, err := s.EnqueueBatch(ctx, reqs, groupT0)
+	require.NoError(t, err)
+	lr, err := s.Lease(ctx, ledger.LeaseFilter{}, owner, groupT0, time.Hour, n)
+	require.NoError(t, err)
+	require.Len(t, lr.Leased, n)
+	fixGroups(s, n)
+
+	all := func(call func(l ledger.Lease) (ledger.DeliveryResult, error)) {
+		var wg sync.WaitGroup
+		res := make([]ledger.DeliveryResult, n)
+		errs := make([]error, n)
+		for i, ld := range lr.Leased {
+			wg.Go(func() { res[i], errs[i] = call(ld.Lease) })
+		}
+		wg.Wait()
+		for i := range res {
+			require.NoError(t, errs[i])
+			require.Equal(t, ledger.OutcomeApplied, res[i].Outcome)
+			require.Equal(t, lr.Leased[i].Delivery.ID, res[i].Delivery.ID)
+		}
+	}
+	at := groupT0.Add(time.Second)
+	all(func(l ledger.Lease) (ledger.DeliveryResult, error) { return s.Acknowledge(ctx, l, "seen", at) })
+	all(func(l ledger.Lease) (ledger.DeliveryResult, error) {
+		return s.MarkProcessed(ctx, l.DeliveryID, owner, nil, ledger.ActionRef("act-"+string(l.DeliveryID)), at)
+	})
+	q := s.groups.deliveries
+	require.EqualValues(t, 2, q.groupsRun.Load())
+	require.EqualValues(t, 2*n, q.callsGrouped.Load())
+
+	for _, ld := range lr.Leased {
+		d, err := s.Get(ctx, ld.Delivery.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.DeliveryStateProcessed, d.State)
+		require.Equal(t, ld.Delivery.Version+2, d.Version)
+		require.Equal(t, ledger.ActionRef("act-"+string(d.ID)), d.Processing.Action)
+		h, err := s.History(ctx, d.ID)
+		require.NoError(t, err)
+		require.Len(t, h, 4)
+		require.Equal(t, []ledger.Operation{ledger.OpEnqueue, ledger.OpLease, ledger.OpAcknowledge, ledger.OpMarkProcessed},
+			[]ledger.Operation{h[0].Op, h[1].Op, h[2].Op, h[3].Op})
+	}
+	st, err := s.Stats(ctx, ledger.StatsFilter{}, at)
+	require.NoError(t, err)
+	require.EqualValues(t, n, st.ByState[ledger.DeliveryStateProcessed])
+	require.EqualValues(t, 0, st.ByState[ledger.DeliveryStateAcknowledged])
+}
+
+// deliveryScenario prepares s and returns the calls of one mixed group.
+func deliveryScenario(ctx context.Context, t *testing.T, s *Store) []func() (ledger.DeliveryResult, error) {
+	owner := ledger.Owner{Agent: "agent", Incarnation: "boot"}
+	var reqs []ledger.EnqueueRequest
+	for i, target := range []ledger.Target{"h1", "h1", "h1", "h1", "h2", "h3"} {
+		reqs = append(reqs, ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d%d", i+1)), Target: target})
+	}
+	_, err := s.EnqueueBatch(ctx, reqs, groupT0)
+	require.NoError(t, err)
+	lr, err := s.Lease(ctx, ledger.LeaseFilter{}, owner, groupT0, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, lr.Leased, 6)
+	lease := map[ledger.DeliveryID]ledger.Lease{}
+	for _, ld := range lr.Leased {
+		lease[ld.Delivery.ID] = ld.Lease
+	}
+	stale := lease["d1"]
+	t1 := groupT0.Add(2 * time.Minute) // every lease above has expired
+	lr, err = s.Lease(ctx, ledger.LeaseFilter{Targets: []ledger.Target{"h1"}}, owner, t1, time.Hour, 10)
+	require.NoError(t, err)
+	require.Len(t, lr.Leased, 4)
+	for _, ld := range lr.Leased {
+		lease[ld.Delivery.ID] = ld.Lease
+	}
+	lr, err = s.Lease(ctx, ledger.LeaseFilter{Targets: []ledger.Target{"h2", "h3"}}, owner, t1, time.Hour, 10)
+	require.NoError(t, err)
+	require.Len(t, lr.Leased, 2)
+	for _, ld := range lr.Leased {
+		lease[ld.Delivery.ID] = ld.Lease
+	}
+	for _, id := range []ledger.DeliveryID{"d2", "d3", "d4"} {
+		r, err := s.Acknowledge(ctx, lease[id], "seen", t1)
+		require.NoError(t, err)
+		require.True(t, r.Applied())
+	}
+	at := t1.Add(time.Second)
+	fenced := func(id ledger.DeliveryID, f int64) func() (ledger.DeliveryResult, error) {
+		return func() (ledger.DeliveryResult, error) {
+			return s.MarkProcessed(ctx, id, owner, ledger.FenceOf(f), ledger.ActionRef("act-"+string(id)), at)
+		}
+	}
+	return []func() (ledger.DeliveryResult, error){
+		func() (ledger.DeliveryResult, error) { return s.Acknowledge(ctx, lease["d1"], "first", at) },
+		func() (ledger.DeliveryResult, error) { return s.Acknowledge(ctx, lease["d1"], "again", at) },
+		func() (ledger.DeliveryResult, error) { return s.Acknowledge(ctx, stale, "stale", at) },
+		fenced("d2", 5),
+		fenced("d3", 3), // below d2's fence, accepted just before in the same group
+		fenced("d4", 7),
+		fenced("d5", 1), // not acknowledged; h2 has no fence row yet
+		func() (ledger.DeliveryResult, error) {
+			return s.MarkFailed(ctx, lease["d6"], ledger.FailureReason{Message: "refused"}, at)
+		},
+		func() (ledger.DeliveryResult, error) { return s.Release(ctx, lease["d1"], at) },
+		func() (ledger.DeliveryResult, error) {
+			missing := lease["d6"]
+			missing.DeliveryID = "nope"
+			return s.Acknowledge(ctx, missing, "", at)
+		},
+		func() (ledger.DeliveryResult, error) { return s.MarkProcessed(ctx, "d1", owner, nil, "act-d1", at) },
+		func() (ledger.DeliveryResult, error) {
+			return s.RecordActivation(ctx, "d6", ledger.Activation{Result: ledger.ActivationDelivered}, at)
+		},
+		func() (ledger.DeliveryResult, error) { return s.Abandon(ctx, "d5", ledger.Cause{Kind: "dropped"}, at) },
+	}
+}
+
+// TestGroupCommitMixedGroupAnswersAsAlone runs one group of calls that
+// meet each other (two on one record, a stale token, fences of one target
+// accepted and rejected, a call on a record that does not exist) and
+// compares every answer and everything written with the same calls made
+// one at a time without group commit.
+func TestGroupCommitMixedGroupAnswersAsAlone(t *testing.T) {
+	grouped, gctx := groupTestStore(t)
+	single, sctx := groupTestStore(t, WithGroupCommit(false))
+	gcalls := deliveryScenario(gctx, t, grouped)
+	scalls := deliveryScenario(sctx, t, single)
+	fixGroups(grouped, len(gcalls))
+	got := inOrder(t, grouped.groups.deliveries, gcalls)
+	want := alone(scalls)
+	require.EqualValues(t, 1, grouped.groups.deliveries.groupsRun.Load(), "one group")
+
+	outcomes := make([]ledger.Outcome, len(got))
+	for i := range got {
+		require.NoError(t, got[i].err, "call %d", i)
+		require.NoError(t, want[i].err, "call %d", i)
+		assert.Equal(t, want[i].res.Outcome, got[i].res.Outcome, "call %d", i)
+		assert.Equal(t, blank(want[i].res.Delivery), blank(got[i].res.Delivery), "call %d", i)
+		outcomes[i] = got[i].res.Outcome
+	}
+	// The scenario covers what it says it does.
+	require.Equal(t, []ledger.Outcome{ledger.OutcomeApplied, ledger.OutcomeRepeated, ledger.OutcomeLeaseLost,
+		ledger.OutcomeApplied, ledger.OutcomeFenceRejected, ledger.OutcomeApplied, ledger.OutcomeWrongState,
+		ledger.OutcomeApplied, ledger.OutcomeWrongState, ledger.OutcomeNotFound, ledger.OutcomeApplied,
+		ledger.OutcomeApplied, ledger.OutcomeApplied}, outcomes)
+
+	for i := 1; i <= 6; i++ {
+		id := ledger.DeliveryID(fmt.Sprintf("d%d", i))
+		g, err := grouped.Get(gctx, id)
+		require.NoError(t, err)
+		w, err := single.Get(sctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, blank(w), blank(g), string(id))
+		gh, err := grouped.History(gctx, id)
+		require.NoError(t, err)
+		wh, err := single.History(sctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, wh, gh, string(id))
+	}
+	assert.Equal(t, fenceRows(sctx, t, single), fenceRows(gctx, t, grouped))
+	assert.Equal(t, map[string]*int64{"h1": ptr(int64(7))}, fenceRows(gctx, t, grouped), "no fence row for h2")
+	at := groupT0.Add(time.Hour)
+	gs, err := grouped.Stats(gctx, ledger.StatsFilter{}, at)
+	require.NoError(t, err)
+	ws, err := single.Stats(sctx, ledger.StatsFilter{}, at)
+	require.NoError(t, err)
+	assert.Equal(t, ws, gs)
+}
+
+func fenceRows(ctx context.Context, t *testing.T, s *Store) map[string]*int64 {
+	t.Helper()
+	rows, err := s.db.Query(ctx, "SELECT target, highest FROM "+pgx.Identifier{s.cfg.schema, "target_fences"}.Sanitize())
+	require.NoError(t, err)
+	out := map[string]*int64{}
+	var target string
+	var highest *int64
+	_, err = pgx.ForEachRow(rows, []any{&target, &highest}, func() error { out[target] = highest; return nil })
+	require.NoError(t, err)
+	return out
+}
+
+// claimScenario prepares o and returns the calls of one mixed group of
+// claim completions.
+func claimScenario(ctx context.Context, t *testing.T, o *Outbox) []func() (ledger.OutboxResult, error) {
+	var envs []ledger.Envelope
+	for i := range 4 {
+		envs = append(envs, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("e%d", i)})
+	}
+	_, err := o.EnqueueBatch(ctx, envs)
+	require.NoError(t, err)
+	cs, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 4})
+	require.NoError(t, err)
+	require.Len(t, cs, 4)
+	retry := groupT0.Add(time.Hour)
+	fail := ledger.EmissionError{Code: "503", Message: "busy"}
+	return []func() (ledger.OutboxResult, error){
+		func() (ledger.OutboxResult, error) {
+			return o.MarkClaimDelivered(ctx, cs[0].Claim, ledger.EmissionResult{ProviderRef: "r"})
+		},
+		func() (ledger.OutboxResult, error) {
+			return o.MarkClaimDelivered(ctx, cs[0].Claim, ledger.EmissionResult{ProviderRef: "r"})
+		},
+		func() (ledger.OutboxResult, error) { return o.MarkClaimFailed(ctx, cs[1].Claim, fail, &retry) },
+		func() (ledger.OutboxResult, error) { return o.ReleaseClaim(ctx, cs[1].Claim, "late") },
+		func() (ledger.OutboxResult, error) { return o.MarkClaimDeadLettered(ctx, cs[2].Claim, fail, "poison") },
+		func() (ledger.OutboxResult, error) { return o.ReleaseClaim(ctx, cs[3].Claim, "shutdown") },
+		func() (ledger.OutboxResult, error) {
+			missing := cs[3].Claim
+			missing.EntryID = "nope"
+			return o.MarkClaimDelivered(ctx, missing, ledger.EmissionResult{})
+		},
+	}
+}
+
+func TestGroupCommitClaimsAnswerAsAlone(t *testing.T) {
+	grouped, gctx := groupTestStore(t)
+	single, sctx := groupTestStore(t, WithGroupCommit(false))
+	gcalls := claimScenario(gctx, t, grouped.Outbox())
+	scalls := claimScenario(sctx, t, single.Outbox())
+	fixGroups(grouped, len(gcalls))
+	got := inOrder(t, grouped.groups.entries, gcalls)
+	want := alone(scalls)
+	require.EqualValues(t, 1, grouped.groups.entries.groupsRun.Load(), "one group")
+	applied := 0
+	for i := range got {
+		require.NoError(t, got[i].err, "call %d", i)
+		require.NoError(t, want[i].err, "call %d", i)
+		assert.Equal(t, want[i].res.Outcome, got[i].res.Outcome, "call %d", i)
+		assert.Equal(t, blankEntry(want[i].res.Entry), blankEntry(got[i].res.Entry), "call %d", i)
+		if got[i].res.Applied() {
+			applied++
+		}
+	}
+	require.Equal(t, 4, applied, "one completion per entry applies")
+	for i := range 4 {
+		id := ledger.OutboxEntryIDFor(fmt.Sprintf("e%d", i))
+		g, err := grouped.Outbox().FindByID(gctx, id)
+		require.NoError(t, err)
+		w, err := single.Outbox().FindByID(sctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, blankEntry(w), blankEntry(g))
+		gh, err := grouped.Outbox().EntryHistory(gctx, id)
+		require.NoError(t, err)
+		wh, err := single.Outbox().EntryHistory(sctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, wh, gh)
+	}
+	gs, err := grouped.Outbox().OutboxStats(gctx, groupT0)
+	require.NoError(t, err)
+	ws, err := single.Outbox().OutboxStats(sctx, groupT0)
+	require.NoError(t, err)
+	assert.Equal(t, ws, gs)
+}
+
+// leasedDeliveries enqueues ids and leases them.
+func leasedDeliveries(ctx context.Context, t *testing.T, s *Store, ids ...ledger.DeliveryID) map[ledger.DeliveryID]ledger.Lease {
+	t.Helper()
+	reqs := make([]ledger.EnqueueRequest, len(ids))
+	for i, id := range ids {
+		reqs[i] = ledger.EnqueueRequest{ID: id, Target: "host"}
+	}
+	_, err := s.EnqueueBatch(ctx, reqs, groupT0)
+	require.NoError(t, err)
+	lr, err := s.Lease(ctx, ledger.LeaseFilter{}, ledger.Owner{Agent: "agent", Incarnation: "boot"}, groupT0, time.Hour, len(ids))
+	require.NoError(t, err)
+	require.Len(t, lr.Leased, len(ids))
+	out := map[ledger.DeliveryID]ledger.Lease{}
+	for _, ld := range lr.Leased {
+		out[ld.Delivery.ID] = ld.Lease
+	}
+	return out
+}
+
+// TestGroupCommitOneFailingCallFailsNoOther makes the write of one
+// delivery fail (a trigger refuses it): the group's transaction fails,
+// and every call then runs on its own, so only that call fails.
+func TestGroupCommitOneFailingCallFailsNoOther(t *testing.T) {
+	s, ctx := groupTestStore(t)
+	leases := leasedDeliveries(ctx, t, s, "good-1", "bad", "good-2")
+	schema := pgx.Identifier{s.cfg.schema}.Sanitize()
+	for _, sql := range []string{
+		`CREATE FUNCTION ` + schema + `.refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN IF NEW.id = 'bad' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$`,
+		`CREATE TRIGGER refuse_bad BEFORE UPDATE ON ` + schema + `.deliveries FOR EACH ROW EXECUTE FUNCTION ` + schema + `.refuse_bad()`,
+	} {
+		_, err := s.db.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	fixGroups(s, 3)
+	ack := func(id ledger.DeliveryID) func() (ledger.DeliveryResult, error) {
+		return func() (ledger.DeliveryResult, error) { return s.Acknowledge(ctx, leases[id], "seen", groupT0) }
+	}
+	got := inOrder(t, s.groups.deliveries, []func() (ledger.DeliveryResult, error){ack("good-1"), ack("bad"), ack("good-2")})
+	require.EqualValues(t, 1, s.groups.deliveries.groupsRun.Load(), "the three were grouped")
+
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, got[1].err, &pgErr)
+	require.Contains(t, pgErr.Message, "refused for the test")
+	for _, i := range []int{0, 2} {
+		require.NoError(t, got[i].err)
+		require.Equal(t, ledger.OutcomeApplied, got[i].res.Outcome)
+	}
+	for id, want := range map[ledger.DeliveryID]ledger.DeliveryState{"good-1": ledger.DeliveryStateAcknowledged,
+		"bad": ledger.DeliveryStateLeased, "good-2": ledger.DeliveryStateAcknowledged} {
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, d.State, string(id))
+	}
+}
+
+// TestGroupCommitCancelledBeforePickup cancels a call while it waits for
+// its group: it returns the context's error and writes nothing, and the
+// group runs without it. Then the collecting leader's own context ends
+// before it takes its group: its call is dropped, and it still runs the
+// group for the others.
+func TestGroupCommitCancelledBeforePickup(t *testing.T) {
+	s, ctx := groupTestStore(t)
+	leases := leasedDeliveries(ctx, t, s, "a", "b", "c", "d", "e", "f")
+	fixGroups(s, 3)
+	q := s.groups.deliveries
+	start := func(ctx context.Context, id ledger.DeliveryID) <-chan answer[ledger.DeliveryResult] {
+		done := make(chan answer[ledger.DeliveryResult], 1)
+		go func() {
+			r, err := s.Acknowledge(ctx, leases[id], "seen", groupT0)
+			done <- answer[ledger.DeliveryResult]{r, err}
+		}()
+		return done
+	}
+	unchanged := func(id ledger.DeliveryID) {
+		t.Helper()
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, ledger.DeliveryStateLeased, d.State, "%s was not written", id)
+		h, err := s.History(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, h, 2, "enqueue and lease only")
+	}
+
+	a := start(ctx, "a") // the leader, waiting for two more
+	queued(t, q, 1)
+	bctx, cancelB := context.WithCancel(ctx)
+	b := start(bctx, "b")
+	queued(t, q, 2)
+	cancelB()
+	require.ErrorIs(t, (<-b).err, context.Canceled)
+	queued(t, q, 1) // b withdrew; a still waits
+	c := start(ctx, "c")
+	queued(t, q, 2)
+	d := start(ctx, "d") // the third: the group runs
+	for _, ch := range []<-chan answer[ledger.DeliveryResult]{a, c, d} {
+		got := <-ch
+		require.NoError(t, got.err)
+		require.Equal(t, ledger.OutcomeApplied, got.res.Outcome)
+	}
+	unchanged("b")
+	require.EqualValues(t, 1, q.groupsRun.Load())
+	require.EqualValues(t, 3, q.callsGrouped.Load())
+
+	ectx, cancelE := context.WithCancel(ctx)
+	e := start(ectx, "e") // the next leader
+	queued(t, q, 1)
+	cancelE() // it keeps collecting, for the calls that come
+	f := start(ctx, "f")
+	queued(t, q, 2)
+	again := start(ctx, "a") // the third
+	require.ErrorIs(t, (<-e).err, context.Canceled)
+	gotF, gotA := <-f, <-again
+	require.NoError(t, gotF.err)
+	require.Equal(t, ledger.OutcomeApplied, gotF.res.Outcome)
+	require.NoError(t, gotA.err)
+	require.Equal(t, ledger.OutcomeRepeated, gotA.res.Outcome)
+	unchanged("e")
+	require.EqualValues(t, 2, q.groupsRun.Load(), "f and a were grouped without e")
+	require.EqualValues(t, 5, q.callsGrouped.Load())
+}
+
+// TestGroupCommitCallerLeavesRunningGroup cancels one call while its
+// group's transaction waits for a row lock another session holds: the
+// call returns at once with an error saying it may have applied, and the
+// group, still wanted by its leader, commits both.
+func TestGroupCommitCallerLeavesRunningGroup(t *testing.T) {
+	s, ctx := groupTestStore(t)
+	leases := leasedDeliveries(ctx, t, s, "a", "b")
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	holder, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{s.cfg.schema, "deliveries"}.Sanitize()+" WHERE id = 'b' FOR UPDATE")
+	require.NoError(t, err)
+
+	fixGroups(s, 2)
+	got := make(chan answer[ledger.DeliveryResult], 1)
+	go func() { // the leader, which runs the group and waits for it
+		r, err := s.Acknowledge(ctx, leases["a"], "seen", groupT0)
+		got <- answer[ledger.DeliveryResult]{r, err}
+	}()
+	queued(t, s.groups.deliveries, 1)
+	bctx, cancelB := context.WithCancel(ctx)
+	left := make(chan answer[ledger.DeliveryResult], 1)
+	go func() {
+		r, err := s.Acknowledge(bctx, leases["b"], "seen", groupT0)
+		left <- answer[ledger.DeliveryResult]{r, err}
+	}()
+	for { // the group is taken once both are queued
+		s.groups.deliveries.mu.Lock()
+		running := s.groups.deliveries.running
+		s.groups.deliveries.mu.Unlock()
+		if running == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	cancelB()
+	gone := <-left
+	require.ErrorIs(t, gone.err, context.Canceled)
+	require.Contains(t, gone.err.Error(), "may have applied")
+	require.NoError(t, holder.Rollback(ctx))
+	stayed := <-got
+	require.NoError(t, stayed.err)
+	require.Equal(t, ledger.OutcomeApplied, stayed.res.Outcome)
+	for _, id := range []ledger.DeliveryID{"a", "b"} {
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, ledger.DeliveryStateAcknowledged, d.State, "the group committed %s", id)
+	}
+}
+
+// TestGroupCommitUnderCancellations races many callers, a third of them
+// cancelled at random moments, through the default queue: nobody hangs,
+// every answer is true to what was written, and what a cancelled call
+// left undone can still be done.
+func TestGroupCommitUnderCancellations(t *testing.T) {
+	const n = 96
+	s, ctx := groupTestStore(t)
+	ids := make([]ledger.DeliveryID, n)
+	for i := range ids {
+		ids[i] = ledger.DeliveryID(fmt.Sprintf("d%03d", i))
+	}
+	leases := leasedDeliveries(ctx, t, s, ids...)
+	type call struct {
+		res ledger.DeliveryResult
+		err error
+	}
+	out := make([]call, n)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		cctx, cancel := context.WithCancel(ctx)
+		wg.Go(func() {
+			defer cancel()
+			out[i].res, out[i].err = s.Acknowledge(cctx, leases[id], "seen", groupT0)
+		})
+		if i%3 == 0 {
+			wg.Go(func() {
+				for range i % 7 {
+					runtime.Gosched()
+				}
+				cancel()
+			})
+		}
+	}
+	wg.Wait()
+	for i, id := range ids {
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		switch {
+		case out[i].err == nil:
+			require.Equal(t, ledger.OutcomeApplied, out[i].res.Outcome, string(id))
+			require.Equal(t, ledger.DeliveryStateAcknowledged, d.State, string(id))
+		case errors.Is(out[i].err, context.Canceled):
+			// Applied or not; either way the call can be made again
+			// and says which.
+			r, err := s.Acknowledge(ctx, leases[id], "seen", groupT0)
+			require.NoError(t, err)
+			require.Contains(t, []ledger.Outcome{ledger.OutcomeApplied, ledger.OutcomeRepeated}, r.Outcome)
+		default:
+			t.Fatalf("%s: %v", id, out[i].err)
+		}
+	}
+}
+
+// TestConformanceWithoutGroupCommit runs the conformance groups that
+// group commit changes the path of on a store with it off (the package's
+// TestConformance runs everything with it on, the default).
+func TestConformanceWithoutGroupCommit(t *testing.T) {
+	affected := map[string]bool{"Acknowledge": true, "MarkProcessed": true, "MarkFailed": true, "Release": true,
+		"RecordActivation": true, "Abandon": true, "ClaimCompletions": true, "Concurrency": true, "Races": true}
+	newStore := func(t *testing.T) *Store {
+		// Test names are TestConformanceWithoutGroupCommit/<contract>/<group>/...
+		if parts := strings.Split(t.Name(), "/"); len(parts) < 3 || !affected[parts[2]] {
+			t.Skip("not changed by group commit; run with it on by TestConformance")
+		}
+		s, _ := groupTestStore(t, WithGroupCommit(false), WithClock(time.Now))
+		return s
+	}
+	t.Run("Ledger", func(t *testing.T) {
+		ledgertest.TestLedger(t, func(t *testing.T) ledger.Ledger { return newStore(t) })
+	})
+	t.Run("ClaimStore", func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(t *testing.T) ledger.ClaimStore { return newStore(t).Outbox() })
+	})
+}

@@ -1,0 +1,529 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file is what a group of completions (group.go) does in its one
+// transaction, and how a call chooses between a group and a transaction
+// of its own.
+
+// deliveryStep is the state machine step of one single-delivery
+// transition. highest is the highest fence accepted for the delivery's
+// target, read under its lock when the call carries a fence, else nil.
+type deliveryStep func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome)
+
+// deliveryCompletion is one single-delivery transition: what the call is
+// (op, for errors; h, for its history entry), the delivery, the fence it
+// carries (MarkProcessed's, when given) and its step.
+type deliveryCompletion struct {
+	op    string
+	h     how
+	id    ledger.DeliveryID
+	fence *ledger.Fence
+	step  deliveryStep
+}
+
+// entryCompletion is one claim completion of an outbox entry.
+type entryCompletion struct {
+	op    string
+	h     how
+	id    ledger.OutboxEntryID
+	apply claimApply
+}
+
+// groupStatements are the group transactions' statements, built once.
+type groupStatements struct {
+	lockDeliveries, lockEntries string
+	// ensureFences creates the fence rows of $1 that are missing,
+	// returning the targets it created; lockFences locks the rows of $1
+	// in target order; setFences writes highest $2 to the targets $1;
+	// dropFences deletes the rows of $1 still without a fence (created
+	// by the group for calls that did not apply).
+	ensureFences, lockFences, setFences, dropFences string
+}
+
+func newGroupStatements(schema string, q *queries) groupStatements {
+	fences := pgx.Identifier{schema}.Sanitize() + ".target_fences"
+	return groupStatements{
+		// ORDER BY before FOR UPDATE: PostgreSQL sorts first and locks
+		// in that order, ID order, as every sweep does.
+		lockDeliveries: q.deliveriesByID + " ORDER BY id FOR UPDATE",
+		lockEntries:    q.entriesByID + " ORDER BY id FOR UPDATE",
+		ensureFences: "INSERT INTO " + fences + " (target) SELECT t FROM unnest($1::text[]) AS u(t) ORDER BY t" +
+			" ON CONFLICT (target) DO NOTHING RETURNING target",
+		lockFences: "SELECT target, highest FROM " + fences + " WHERE target = ANY($1::text[]) ORDER BY target FOR UPDATE",
+		setFences: "UPDATE " + fences + " AS f SET highest = u.h FROM unnest($1::text[], $2::bigint[]) AS u(t, h)" +
+			" WHERE f.target = u.t",
+		dropFences: "DELETE FROM " + fences + " WHERE target = ANY($1::text[]) AND highest IS NULL",
+	}
+}
+
+// complete runs one single-delivery transition: in a group with others
+// when group commit is on and the store is not bound to a caller's
+// transaction, else (or when the group could not decide it) in a
+// transaction of its own.
+func (s *Store) complete(ctx context.Context, c deliveryCompletion) (ledger.DeliveryResult, error) {
+	if s.groups != nil && !s.callerTx {
+		res, single, err := s.groups.deliveries.submit(ctx, c)
+		if !single {
+			if err != nil {
+				return ledger.DeliveryResult{}, wrap(ctx, c.op, err)
+			}
+			return res, nil
+		}
+	}
+	return s.transitionAlone(ctx, c)
+}
+
+// completeClaim runs one claim completion, grouped like transition.
+func (o *Outbox) completeClaim(ctx context.Context, op string, h how, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
+	s := o.s
+	if s.groups != nil && !s.callerTx {
+		res, single, err := s.groups.entries.submit(ctx, entryCompletion{op: op, h: h, id: claim.EntryID, apply: apply})
+		if !single {
+			if err != nil {
+				return ledger.OutboxResult{}, wrap(ctx, op, err)
+			}
+			return res, nil
+		}
+	}
+	return o.completeClaimAlone(ctx, op, h, claim, apply)
+}
+
+// groupWrites is what a group transaction writes once it has decided:
+// the write-back, sent and checked first, and then the count changes,
+// sent together with COMMIT. Count rows are the rows concurrent groups
+// share (a few per target), so they are taken last and held only for the
+// commit, not for a round trip more.
+type groupWrites struct {
+	b *pgx.Batch
+	// check checks the command tag of statement i of b.
+	check  func(i int, tag pgconn.CommandTag) error
+	counts *pgx.Batch
+}
+
+// groupConn is the connection one attempt of a group transaction runs on.
+type groupConn struct {
+	*pgx.Conn
+	begun bool
+}
+
+// lock begins the transaction and runs query, the locking read of the
+// group's rows, in the same round trip, calling scan for every row.
+func (c *groupConn) lock(ctx context.Context, query string, ids []string, scan func(pgx.Rows) error) (err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(query, ids)
+	br := c.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	c.begun = true
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// send sends b and checks each statement's tag with check (nil: none).
+func send(ctx context.Context, conn *pgx.Conn, b *pgx.Batch, check func(int, pgconn.CommandTag) error) (err error) {
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for i := range b.Len() {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if check != nil {
+			if err := check(i, tag); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// errRolledBack: COMMIT answered ROLLBACK, which it does for a
+// transaction an earlier error aborted.
+var errRolledBack = errors.New("group transaction rolled back at commit")
+
+// groupAttempt runs one attempt of a group transaction on a connection
+// of its own: decide (which locks and reads, through c.lock, and decides
+// in Go) returns what to write, nil for nothing. committing reports that
+// COMMIT was sent and its outcome is not known to have failed.
+func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*groupWrites, error)) (committing bool, err error) {
+	pc, err := s.groups.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	// A connection released inside a transaction (a rollback that
+	// failed) is closed by the pool, never reused.
+	defer pc.Release()
+	c := &groupConn{Conn: pc.Conn()}
+	defer func() {
+		if err != nil && c.begun && !committing {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _ = c.Exec(rctx, "ROLLBACK")
+		}
+	}()
+	w, err := decide(c)
+	if err != nil {
+		return false, err
+	}
+	if w == nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, err := c.Exec(rctx, "ROLLBACK")
+		return false, err
+	}
+	if err := send(ctx, c.Conn, w.b, w.check); err != nil {
+		return false, err
+	}
+	w.counts.Queue("COMMIT")
+	last := w.counts.Len() - 1
+	err = send(ctx, c.Conn, w.counts, func(i int, tag pgconn.CommandTag) error {
+		if i == last && tag.String() != "COMMIT" {
+			return errRolledBack
+		}
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	if err == nil || errors.Is(err, errRolledBack) || errors.As(err, &pgErr) {
+		// Done, or refused by the server: rolled back.
+		return false, err
+	}
+	return true, err
+}
+
+// runGroup runs decide as a group transaction, retrying it like inTx,
+// and reports whether it committed. When it did not, it decides what
+// the members get: every call the error when the outcome of COMMIT is
+// unknown; otherwise, nothing having been applied, every call runs again
+// on its own.
+func runGroup[Req, Res any](ctx context.Context, s *Store, ms []*groupMember[Req, Res], decide func(c *groupConn) (*groupWrites, error)) bool {
+	var committing bool
+	var err error
+	for n := 0; ; n++ {
+		if committing, err = s.groupAttempt(ctx, decide); err == nil {
+			return true
+		}
+		if committing || n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) || backoff(ctx, n) != nil {
+			break
+		}
+	}
+	for _, m := range ms {
+		if committing {
+			m.err = err
+		} else {
+			m.single = true
+		}
+	}
+	return false
+}
+
+// runDeliveryGroup decides the members' transitions in one transaction:
+// it locks their deliveries in ID order, then the fence rows of the
+// fenced calls' targets in target order (the order a single call takes
+// them in), applies each call's step in arrival order to the record as
+// the calls before it left it, and writes every change back with its
+// history entry and the fence raises, then the count changes with the
+// commit.
+func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[deliveryCompletion, ledger.DeliveryResult]) {
+	st := &s.groups.stmts
+	results := make([]ledger.DeliveryResult, len(ms))
+	ok := runGroup(ctx, s, ms, func(c *groupConn) (*groupWrites, error) {
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = string(m.req.id)
+		}
+		shared := repeated(ids)
+		read := map[string][]column{}
+		records := map[ledger.DeliveryID]ledger.Delivery{}
+		if err := c.lock(ctx, st.lockDeliveries, ids, func(rows pgx.Rows) error {
+			r := new(deliveryRow)
+			d, err := scanRow(rows, r, read, r.delivery)
+			records[d.ID] = d
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		fences, created, err := s.lockGroupFences(ctx, c.Conn, ms, records)
+		if err != nil {
+			return nil, err
+		}
+		fencesRead := maps.Clone(fences)
+
+		var changes []deliveryChange
+		for i, m := range ms {
+			c := m.req
+			d, ok := records[c.id]
+			if !ok {
+				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
+				continue
+			}
+			var highest *ledger.Fence
+			if c.fence != nil {
+				highest = fences[string(d.Target)]
+			}
+			next, outcome := c.step(d, highest)
+			if outcome != ledger.OutcomeApplied {
+				results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: cloneIf(shared[string(c.id)], d, ledger.Delivery.Clone)}
+				continue
+			}
+			changes = append(changes, changeOf(c.h, d, next))
+			records[c.id] = next
+			if c.fence != nil {
+				fences[string(d.Target)] = ledger.RaiseFence(highest, c.fence)
+			}
+			results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: cloneIf(shared[string(c.id)], next, ledger.Delivery.Clone)}
+		}
+		if len(changes) == 0 {
+			return nil, nil // rolled back: also the fence rows it created
+		}
+		w := &groupWrites{b: &pgx.Batch{}, counts: &pgx.Batch{}}
+		queueFenceWrites(w.b, st, fencesRead, fences, created)
+		var hist historyRows
+		counts := deliveryCounts{}
+		bulk := newBulkWrite(s.groups.deliveryTable, read, func(d ledger.Delivery) ([]column, error) {
+			r, err := newDeliveryRow(d)
+			return r.columns(), err
+		})
+		for _, c := range changes {
+			if !s.cfg.noHistory {
+				hist.add(string(c.after.ID), c.t)
+			}
+			counts.change(&c.before, &c.after)
+			bulk.change(string(c.after.ID), c.after)
+		}
+		if err := bulk.queueChecked(w); err != nil {
+			return nil, err
+		}
+		hist.queue(w.b, s.q.insertDeliveryHistory)
+		counts.queue(w.counts, s.q, false)
+		return w, nil
+	})
+	if ok {
+		for i, m := range ms {
+			m.res = results[i]
+		}
+	}
+}
+
+// repeated returns the IDs that occur more than once in ids: the records
+// that several calls of a group share, whose results must not share
+// memory (a state machine step keeps what it does not change).
+func repeated(ids []string) map[string]bool {
+	seen := make(map[string]bool, len(ids))
+	var out map[string]bool
+	for _, id := range ids {
+		if seen[id] {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+		seen[id] = true
+	}
+	return out
+}
+
+// cloneIf returns clone(r) when shared, else r: a record read by the
+// group and changed by one call only belongs to that call's result.
+func cloneIf[R any](shared bool, r R, clone func(R) R) R {
+	if shared {
+		return clone(r)
+	}
+	return r
+}
+
+// scanRow scans the current row of rows into r, keeps its columns in
+// read by ID, for the write-back to compare with, and returns its record.
+func scanRow[R any](rows pgx.Rows, r interface{ columns() []column }, read map[string][]column, record func() R) (R, error) {
+	cols := r.columns()
+	if err := rows.Scan(pointers(cols)...); err != nil {
+		var zero R
+		return zero, err
+	}
+	read[*cols[0].ptr.(*string)] = cols
+	return record(), nil
+}
+
+// lockGroupFences creates the missing fence rows of the targets of the
+// fenced calls whose delivery exists and locks them all, in target
+// order, in one round trip. It returns each target's highest fence and
+// the targets whose rows it created.
+func (s *Store) lockGroupFences(ctx context.Context, conn *pgx.Conn, ms []*groupMember[deliveryCompletion, ledger.DeliveryResult],
+	records map[ledger.DeliveryID]ledger.Delivery) (_ map[string]*ledger.Fence, _ map[string]bool, err error) {
+	var targets []string
+	for _, m := range ms {
+		if d, ok := records[m.req.id]; ok && m.req.fence != nil {
+			targets = append(targets, string(d.Target))
+		}
+	}
+	if len(targets) == 0 {
+		return nil, nil, nil
+	}
+	slices.Sort(targets)
+	targets = slices.Compact(targets)
+	st := &s.groups.stmts
+	b := &pgx.Batch{}
+	b.Queue(st.ensureFences, targets)
+	b.Queue(st.lockFences, targets)
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	createdList, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, err
+	}
+	created := make(map[string]bool, len(createdList))
+	for _, t := range createdList {
+		created[t] = true
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	fences := make(map[string]*ledger.Fence, len(targets))
+	var target string
+	var highest *int64
+	if _, err := pgx.ForEachRow(rows, []any{&target, &highest}, func() error {
+		fences[target] = nil
+		if highest != nil {
+			fences[target] = ledger.FenceOf(*highest)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	if len(fences) != len(targets) {
+		return nil, nil, errRowChanged // a fence row vanished under its lock
+	}
+	return fences, created, nil
+}
+
+// queueFenceWrites adds to b the raise of every fence the group changed
+// and the removal of the rows it created for calls that did not apply,
+// which a call on its own would have rolled back.
+func queueFenceWrites(b *pgx.Batch, st *groupStatements, read, now map[string]*ledger.Fence, created map[string]bool) {
+	var raised, dropped []string
+	var highest []int64
+	for _, t := range slices.Sorted(maps.Keys(now)) {
+		switch f := now[t]; {
+		case f != nil && (read[t] == nil || *f != *read[t]):
+			raised, highest = append(raised, t), append(highest, int64(*f))
+		case f == nil && created[t]:
+			dropped = append(dropped, t)
+		}
+	}
+	if len(raised) > 0 {
+		b.Queue(st.setFences, raised, highest)
+	}
+	if len(dropped) > 0 {
+		b.Queue(st.dropFences, dropped)
+	}
+}
+
+// runEntryGroup is runDeliveryGroup for claim completions: lock the
+// entries in ID order, apply each call in arrival order, stamped with the
+// store's clock, and write the changes back.
+func (s *Store) runEntryGroup(ctx context.Context, ms []*groupMember[entryCompletion, ledger.OutboxResult]) {
+	st := &s.groups.stmts
+	results := make([]ledger.OutboxResult, len(ms))
+	ok := runGroup(ctx, s, ms, func(c *groupConn) (*groupWrites, error) {
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = string(m.req.id)
+		}
+		shared := repeated(ids)
+		read := map[string][]column{}
+		records := map[ledger.OutboxEntryID]ledger.OutboxEntry{}
+		if err := c.lock(ctx, st.lockEntries, ids, func(rows pgx.Rows) error {
+			r := new(outboxRow)
+			e, err := scanRow(rows, r, read, r.entry)
+			records[e.ID] = e
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		var changes []entryChange
+		for i, m := range ms {
+			c := m.req
+			e, ok := records[c.id]
+			if !ok {
+				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}
+				continue
+			}
+			next, outcome := c.apply(e, ledger.Normalize(s.cfg.clock()))
+			if outcome != ledger.OutcomeApplied {
+				results[i] = ledger.OutboxResult{Outcome: outcome, Entry: cloneIf(shared[string(c.id)], e, ledger.OutboxEntry.Clone)}
+				continue
+			}
+			changes = append(changes, entryChangeOf(c.h, e, next))
+			records[c.id] = next
+			results[i] = ledger.OutboxResult{Outcome: outcome, Entry: cloneIf(shared[string(c.id)], next, ledger.OutboxEntry.Clone)}
+		}
+		if len(changes) == 0 {
+			return nil, nil
+		}
+		w := &groupWrites{b: &pgx.Batch{}, counts: &pgx.Batch{}}
+		var hist historyRows
+		counts := outboxCounts{}
+		bulk := newBulkWrite(s.groups.entryTable, read, func(e ledger.OutboxEntry) ([]column, error) {
+			r, err := newOutboxRow(e)
+			return r.columns(), err
+		})
+		for _, c := range changes {
+			if !s.cfg.noHistory {
+				hist.add(string(c.after.ID), c.t)
+			}
+			counts.change(&c.before, &c.after)
+			bulk.change(string(c.after.ID), c.after)
+		}
+		if err := bulk.queueChecked(w); err != nil {
+			return nil, err
+		}
+		hist.queue(w.b, s.q.insertEntryHistory)
+		counts.queue(w.counts, s.q, false)
+		return w, nil
+	})
+	if ok {
+		for i, m := range ms {
+			m.res = results[i]
+		}
+	}
+}
