@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,10 @@ import (
 // The targets: leasing a batch of 100 costs less than 3x leasing
 // 1 (BenchmarkLease100 against BenchmarkLease1), and a lease beside
 // 1,000,000 terminal rows costs within 1.5x of one beside 1,000
-// (BenchmarkLeaseTerminal/1M against /1k).
+// (BenchmarkLeaseTerminal/1M against /1k); per-item completions from
+// many goroutines with group commit at least 3x what the server commits
+// in single-row UPDATE transactions at the same concurrency
+// (BenchmarkParallelCompletion/grouped against /ceiling).
 
 // benchT0 is the fixed instant the benchmarks compute their times from.
 var benchT0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
@@ -372,7 +376,10 @@ const benchCallers, benchSessions = 256, 8
 // what the server itself does at that concurrency (ceiling: autocommit
 // single-row UPDATEs of a small table, ledgerbench's ceiling (i)). ns/op
 // is per call; calls/s is the rate. The target: grouped at least
-// 3x ceiling. Run with a fixed -benchtime (e.g. 5000x): each run leases
+// 3x ceiling. Commits only cost what they cost in production on a
+// durable server: pgtest's own cluster runs with fsync off, so for the
+// ratio point LEDGER_TEST_DATABASE_URL at a server with default
+// settings. Run with a fixed -benchtime (e.g. 20000x): each run leases
 // b.N deliveries first, with the timer stopped.
 func BenchmarkParallelCompletion(b *testing.B) {
 	cfg, err := pgxpool.ParseConfig(pgtest.DSN(b))
@@ -410,7 +417,7 @@ func BenchmarkParallelCompletion(b *testing.B) {
 		name := map[bool]string{false: "alone", true: "grouped"}[group]
 		b.Run(name, func(b *testing.B) {
 			ctx := benchContext(b)
-			s, err := New(pool, WithSchema(pgtest.Schema(b, pool)), WithGroupCommit(group), WithGroupCommitMax(benchMax))
+			s, err := New(pool, WithSchema(pgtest.Schema(b, pool)), WithGroupCommit(group), WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -449,13 +456,14 @@ func runCallers(b *testing.B, call func() error) {
 	var left atomic.Int64
 	left.Store(int64(b.N))
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var once sync.Once
+	var failed error
 	b.ResetTimer()
 	for range benchCallers {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
 				if err := call(); err != nil {
-					failed.CompareAndSwap(nil, err)
+					once.Do(func() { failed = err })
 					return
 				}
 			}
@@ -463,10 +471,8 @@ func runCallers(b *testing.B, call func() error) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+	if failed != nil {
+		b.Fatal(failed)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
-
-var benchMax = 128

@@ -3,9 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,13 +55,7 @@ const MaxGroupCommitWindow = time.Second
 // waits for its commit to be flushed; more only split the same callers
 // into smaller groups, whose fixed costs (statements, round trips,
 // commits) then weigh more, and which contend for the same count rows.
-var groupsInFlight = func() int {
-	if v := os.Getenv("TMP_INFLIGHT"); v != "" {
-		n, _ := strconv.Atoi(v)
-		return n
-	}
-	return 2
-}()
+const groupsInFlight = 2
 
 // groupConfig is what the group commit options set.
 type groupConfig struct {
@@ -73,10 +65,6 @@ type groupConfig struct {
 }
 
 func defaultGroupConfig() groupConfig {
-	if v := os.Getenv("TMP_MAX"); v != "" {
-		n, _ := strconv.Atoi(v)
-		return groupConfig{window: DefaultGroupCommitWindow, max: n}
-	}
 	return groupConfig{window: DefaultGroupCommitWindow, max: DefaultGroupCommitMax}
 }
 

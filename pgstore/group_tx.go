@@ -215,8 +215,8 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 		return nil
 	})
 	var pgErr *pgconn.PgError
-	if err == nil || errors.Is(err, errRolledBack) || errors.As(err, &pgErr) {
-		// Done, or refused by the server: rolled back.
+	if err == nil || errors.Is(err, errRolledBack) || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		// Done, refused by the server (rolled back), or never sent.
 		return false, err
 	}
 	return true, err

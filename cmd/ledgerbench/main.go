@@ -41,7 +41,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -157,14 +156,8 @@ func main() {
 	// The first interrupt cancels the run, which then cleans up (drops
 	// its schemas, stops the cluster) on its way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if p := os.Getenv("TMP_CPUPROFILE"); p != "" {
-		f, _ := os.Create(p)
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
-	}
 	err = run(ctx, cfg, os.Stdout, os.Stderr)
 	stop()
-	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerbench:", err)
 		os.Exit(1)
