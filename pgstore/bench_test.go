@@ -63,7 +63,7 @@ func newBenchStore(b *testing.B) (*Store, *pgxpool.Pool) {
 
 func migratedStore(b *testing.B, pool *pgxpool.Pool, schema string) *Store {
 	b.Helper()
-	s, err := New(pool, WithSchema(schema), WithClock(func() time.Time { return benchT0 }))
+	s, err := New(pool, WithSchema(schema), WithClock(func() time.Time { return benchT0 }), WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -327,7 +326,7 @@ func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]l
 	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
-	return o.claim(ctx, "claim pending", o.s.q.claimPending, req, pendingBefore)
+	return o.claim(ctx, "claim pending", o.s.q.claimPending, req)
 }
 
 // ClaimRetryReady claims due RetryScheduled and Deferred entries (see
@@ -336,33 +335,13 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
-	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req, retryBefore)
+	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req)
 }
 
-// claimedRow is one row a claim statement returns: the claimed entry and
-// its enqueue_seq, which the record has no field for.
-type claimedRow struct {
-	ledger.ClaimedEntry
-	seq int64
-}
-
-// pendingBefore is ClaimPending's order, pendingOrder in Go:
-// ledger.OutboxEntry.PendingBefore, with a tie on CreatedAt broken by
-// enqueue order before the ID, which is then only the last resort.
-func pendingBefore(a, b claimedRow) bool {
-	if a.Entry.CreatedAt.Equal(b.Entry.CreatedAt) && a.seq != b.seq {
-		return a.seq < b.seq
-	}
-	return a.Entry.PendingBefore(b.Entry)
-}
-
-// retryBefore is ClaimRetryReady's order, ledger.OutboxEntry.RetryBefore.
-func retryBefore(a, b claimedRow) bool { return a.Entry.RetryBefore(b.Entry) }
-
-// claim runs a claim statement (ledger.OutboxEntry.Grant in SQL, see
-// outboxGrantSet), records the claims in the history, and returns them in
-// the order less gives.
-func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest, less func(a, b claimedRow) bool) ([]ledger.ClaimedEntry, error) {
+// claim runs a claim statement (claimTemplate: ledger.OutboxEntry.Grant in
+// SQL, its history entries written by the same statement) and returns the
+// claims in the statement's order.
+func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	s := o.s
 	now, err := s.decisionTime(ctx, op, req.Now)
 	if err != nil {
@@ -373,42 +352,28 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 	for i := range tokens {
 		tokens[i] = string(ledger.NewToken())
 	}
-	var out []claimedRow
+	var out []ledger.ClaimedEntry
 	err = s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		out = nil
-		rows, err := tx.Query(ctx, query, now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)))
+		rows, err := tx.Query(ctx, query, now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
+			string(ledger.OpClaim), string(ledger.OutcomeApplied), !s.cfg.noHistory)
 		if err != nil {
 			return false, err
 		}
 		defer rows.Close()
-		var hist historyRows
+		var r outboxRow
+		ptrs := pointers(r.columns()) // Scan writes every field of r, every row
 		for rows.Next() {
-			var r, was outboxRow
-			var seq int64
-			wasCols := was.columns()
-			if err := rows.Scan(append(append(pointers(r.columns()), &seq), pointersAt(wasCols, outboxGrantIndexes)...)...); err != nil {
+			if err := rows.Scan(ptrs...); err != nil {
 				return false, err
 			}
 			e := r.entry()
 			if e.Claim == nil {
 				return false, errRowChanged
 			}
-			out = append(out, claimedRow{ClaimedEntry: ledger.ClaimedEntry{Claim: *e.Claim, Entry: e}, seq: seq})
-			if !s.cfg.noHistory {
-				// The entry as it was: the new one with the columns the
-				// claim wrote taken back.
-				old := r
-				overlay(old.columns(), wasCols, outboxGrantIndexes)
-				hist.add(string(e.ID), entryChangeOf(how{op: ledger.OpClaim, actor: req.Worker}, old.entry(), e).t)
-			}
+			out = append(out, ledger.ClaimedEntry{Claim: *e.Claim, Entry: e})
 		}
 		if err := rows.Err(); err != nil {
-			return false, err
-		}
-		rows.Close() // before the next statement on tx
-		b := &pgx.Batch{}
-		hist.queue(b, s.q.insertEntryHistory)
-		if _, err := execBatch(ctx, tx, b); err != nil {
 			return false, err
 		}
 		return len(out) > 0, nil
@@ -416,18 +381,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 	if err != nil {
 		return nil, err
 	}
-	// UPDATE ... RETURNING has no order; claims do not change the order
-	// keys (CreatedAt, NextAttemptAt, enqueue_seq, ID), so comparing the
-	// new records restores the order of selection.
-	sort.Slice(out, func(i, j int) bool { return less(out[i], out[j]) })
-	if len(out) == 0 {
-		return nil, nil
-	}
-	claimed := make([]ledger.ClaimedEntry, len(out))
-	for i, r := range out {
-		claimed[i] = r.ClaimedEntry
-	}
-	return claimed, nil
+	return out, nil
 }
 
 // claimApply is the state machine step of one claim completion.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"slices"
-	"sort"
+
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -194,8 +194,8 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	return res, nil
 }
 
-// grant runs the lease statement (ledger.Delivery.Grant in SQL, see
-// deliveryGrantSet), records the grants in the history, writes the
+// grant runs the lease statement (leaseTemplate: ledger.Delivery.Grant in
+// SQL, its history entries written by the same statement), writes the
 // changes of the terminal counts the reclaims before it collected in
 // counts (grants change none), and returns the grants in delivery order.
 func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int,
@@ -204,9 +204,9 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	for i := range tokens {
 		tokens[i] = string(ledger.NewToken())
 	}
-	f := expiredLeaseFailure()
 	args := []any{now, limit, tokens, owner.Agent, owner.Incarnation, now.Add(duration.Truncate(time.Microsecond)),
-		string(f.Kind), f.Message, f.Permanent}
+		string(s.q.grantFailure.Kind), s.q.grantFailure.Message, s.q.grantFailure.Permanent,
+		string(ledger.OpLease), string(ledger.OutcomeApplied), owner.String(), s.q.grantReason, !s.cfg.noHistory}
 	byTargets, byCeremony := len(filter.Targets) > 0, filter.Ceremony != ""
 	if byTargets {
 		ts := make([]string, len(filter.Targets))
@@ -224,11 +224,10 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	}
 	defer rows.Close()
 	var out []ledger.LeasedDelivery
-	var before []ledger.Delivery // each grant as it was offered
+	var r deliveryRow
+	ptrs := pointers(r.columns()) // Scan writes every field of r, every row
 	for rows.Next() {
-		var r, was deliveryRow
-		wasCols := was.columns()
-		if err := rows.Scan(append(pointers(r.columns()), pointersAt(wasCols, deliveryGrantIndexes)...)...); err != nil {
+		if err := rows.Scan(ptrs...); err != nil {
 			return nil, err
 		}
 		d := r.delivery()
@@ -236,55 +235,26 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 			return nil, errRowChanged
 		}
 		out = append(out, ledger.LeasedDelivery{Lease: *d.Lease, Delivery: d})
-		if s.cfg.noHistory {
-			// The order needs no more of the record as it was.
-			before = append(before, ledger.Delivery{ID: d.ID, AvailableAt: ledger.Normalize(was.AvailableAt)})
-			continue
-		}
-		// The record as it was is the new one with the columns the grant
-		// wrote taken back.
-		old := r
-		overlay(old.columns(), wasCols, deliveryGrantIndexes)
-		before = append(before, old.delivery())
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	rows.Close() // before the next statement on tx
-	var hist historyRows
-	if !s.cfg.noHistory {
-		for i, ld := range out {
-			hist.add(string(ld.Delivery.ID), changeOf(how{op: ledger.OpLease, actor: owner.String()}, before[i], ld.Delivery).t)
-		}
-	}
 	b := &pgx.Batch{}
-	hist.queue(b, s.q.insertDeliveryHistory)
 	counts.queue(b, s.q, false)
 	if _, err := execBatch(ctx, tx, b); err != nil {
 		return nil, err
 	}
-	// UPDATE ... RETURNING has no order: restore the one the contract
-	// promises, with the state machine's own comparison.
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return before[idx[a]].OfferedBefore(before[idx[b]]) })
-	if len(out) == 0 {
-		return nil, nil
-	}
-	sorted := make([]ledger.LeasedDelivery, len(out))
-	for i, j := range idx {
-		sorted[i] = out[j]
-	}
-	return sorted, nil
+	return out, nil
 }
 
-// expiredLeaseFailure returns the failure ledger.Delivery.Grant records
-// when it takes over an expired lease, probed from Grant itself so that
-// the SQL grant writes exactly what the state machine would. Its Owner
-// and At (the old lease's holder and expiry) come from the row.
-func expiredLeaseFailure() ledger.Failure {
+// grantProbe applies ledger.Delivery.Grant to a Leased delivery whose
+// lease ran out, and returns the failure the grant records for the old
+// holder and the reason of the grant's history entry. The lease statement
+// writes exactly these, so that the SQL grant records what the state
+// machine would; the failure's Owner and At (the old lease's holder and
+// expiry) come from the row.
+func grantProbe() (ledger.Failure, string) {
 	t := time.Unix(1, 0).UTC()
 	d := ledger.Delivery{
 		ID:     "probe",
@@ -294,9 +264,9 @@ func expiredLeaseFailure() ledger.Failure {
 	}
 	g, _ := d.Grant(ledger.Owner{Agent: "probe", Incarnation: "probe"}, "probe", t, time.Second)
 	if g.LastFailure == nil {
-		return ledger.Failure{}
+		return ledger.Failure{}, ""
 	}
-	return *g.LastFailure
+	return *g.LastFailure, ledger.DeliveryTransition(ledger.OpLease, &d, &g, "").Reason
 }
 
 // agentLockKey is the pg_advisory_xact_lock key that serialises the Lease

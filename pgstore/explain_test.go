@@ -69,14 +69,15 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = fmt.Sprintf("token-%d", i)
 	}
-	f := expiredLeaseFailure()
+	f, reason := grantProbe()
 	// leaseArgs are the parameters of the lease statements as grant binds
 	// them, for a batch of len(tokens).
 	leaseArgs := func(filters ...any) []any {
 		return append([]any{now, len(tokens), tokens, explainOwner.Agent, explainOwner.Incarnation, expiry,
-			string(f.Kind), f.Message, f.Permanent}, filters...)
+			string(f.Kind), f.Message, f.Permanent, string(ledger.OpLease), string(ledger.OutcomeApplied),
+			explainOwner.String(), reason, true}, filters...)
 	}
-	claimArgs := []any{now, len(tokens), tokens, "worker-1", expiry}
+	claimArgs := []any{now, len(tokens), tokens, "worker-1", expiry, string(ledger.OpClaim), string(ledger.OutcomeApplied), true}
 	cases := []struct {
 		name  string
 		sql   string

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
 )
 
 // This file is the store's SQL (retention's two statements sit beside
@@ -54,9 +56,8 @@ const (
 // sides read the row as it was). Parameters: $1 now, $4 agent, $5
 // incarnation, $6 expiry, $7..$9 the failure kind, message and permanence
 // that Grant records when it takes over an expired lease (probed from
-// Grant itself, see expiredLeaseFailure). The token comes from the granted
-// CTE. A test compares the result with Grant field by field, and another
-// checks that deliveryGrantColumns lists exactly the columns it sets.
+// Grant itself, see grantProbe). The token comes from the granted CTE. A
+// test compares the result with Grant field by field.
 const deliveryGrantSet = `
 	state = 'leased',
 	attempts = d.attempts + 1,
@@ -80,23 +81,6 @@ const deliveryGrantSet = `
 	updated_at = $1,
 	version = d.version + 1`
 
-// deliveryGrantColumns lists the columns deliveryGrantSet writes. The
-// lease statements return their values from before the grant as well, so
-// that Lease rebuilds each record as it was: for the order of the grants
-// and for the history entry, which ledger.DeliveryTransition builds from
-// the records before and after.
-var deliveryGrantColumns = []string{
-	"state", "attempts", "lease_seq", "lease_agent", "lease_incarnation", "lease_token",
-	"lease_granted_at", "lease_expires_at", "available_at", "ended_lease_token", "ended_lease_seq",
-	"ended_lease_op", "ended_lease_at", "last_failure_kind", "last_failure_message",
-	"last_failure_permanent", "last_failure_agent", "last_failure_incarnation", "last_failure_at",
-	"updated_at", "version",
-}
-
-// deliveryGrantIndexes are the positions of deliveryGrantColumns among a
-// delivery row's columns. Computed once; never written.
-var deliveryGrantIndexes = columnIndexes((&deliveryRow{}).columns(), deliveryGrantColumns)
-
 // outboxGrantSet expresses ledger.OutboxEntry.Grant in SQL. Parameters: $1
 // now, $4 worker, $5 expiry.
 const outboxGrantSet = `
@@ -113,27 +97,61 @@ const outboxGrantSet = `
 	updated_at = $1,
 	version = d.version + 1`
 
-// outboxGrantColumns is deliveryGrantColumns for outboxGrantSet.
-var outboxGrantColumns = []string{
-	"attempts", "claim_seq", "claim_worker", "claim_token", "claim_claimed_at", "claim_expires_at",
-	"ended_claim_token", "ended_claim_seq", "ended_claim_op", "ended_claim_at", "updated_at", "version",
-}
-
-// outboxGrantIndexes are the positions of outboxGrantColumns among an
-// outbox row's columns. Computed once; never written.
-var outboxGrantIndexes = columnIndexes((&outboxRow{}).columns(), outboxGrantColumns)
-
-// grantTemplate picks up to $2 rows of table %[1]s matching %[2]s in order
-// %[3]s, skipping rows other callers hold, pairs them with the tokens in
-// $3, and applies the grant %[4]s to them, all in one statement, returning
-// the columns %[5]s. %[6]s names extra picked columns carried through to
-// RETURNING as they were before the grant (see grant in newQueries): the
-// columns the grant writes, from which the caller rebuilds the record as
-// it was, and, for the claims, enqueue_seq, which is no field of the
-// record, and with which Outbox.claim restores ClaimPending's order.
-const grantTemplate = `
+// leaseTemplate is the lease statement: ledger.Delivery.Grant in SQL
+// (deliveryGrantSet) over up to $2 offerable rows of %[1]s matching %[2]s
+// in delivery order (offerableOrder), skipping rows other callers hold,
+// each paired with a token of $3. It writes each grant's history entry in
+// the same statement, when $13 is true, and returns the granted records
+// (%[3]s, unqualified column names) in delivery order: the order of the
+// records as they were offered, which the grant changed.
+//
+// One statement instead of an UPDATE, a read-back of the old values and
+// an INSERT of the history: a lease's cost is then one round trip and
+// the rows it writes, and a batch of 100 costs little more than a batch
+// of 1. The history entry is ledger.DeliveryTransition of a grant, whose
+// only varying parts are the state the record was in and, for a grant
+// over an expired lease, the reason, probed from the state machine (see
+// leaseReason). Parameters beside deliveryGrantSet's: $10 the operation,
+// $11 the outcome, $12 the actor, $13 that reason, $14 whether history is
+// on; the filters take $15 (targets) and the next number (ceremony). The
+// conformance suite and the differential test, which compares every
+// history with memstore's, prove it equal to the Go transition.
+const leaseTemplate = `
 WITH picked AS (
-	SELECT id%[6]s FROM %[1]s
+	SELECT id, state AS was_state, available_at AS was_available_at FROM %[1]s
+	WHERE %[2]s
+	ORDER BY ` + offerableOrder + `
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), granted AS (
+	SELECT p.*, t.token
+	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
+	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
+), updated AS (
+	UPDATE %[1]s AS d SET ` + deliveryGrantSet + `
+	FROM granted
+	WHERE d.id = granted.id
+	RETURNING %[4]s, granted.was_state, granted.was_available_at
+), logged AS (
+	INSERT INTO %[5]s (` + historyColumns + `)
+	SELECT id, version, $10, was_state, state, $11, $12, CASE WHEN was_state = 'leased' THEN NULLIF($13, '') END, updated_at
+	FROM updated
+	WHERE $14::boolean
+)
+SELECT %[3]s FROM updated ORDER BY was_available_at, id`
+
+// claimTemplate is leaseTemplate for the outbox: ledger.OutboxEntry.Grant
+// in SQL (outboxGrantSet) over up to $2 rows of %[1]s matching %[2]s in
+// order %[3]s, each paired with a token of $3, the history entries written
+// by the same statement when $8 is true, and the claimed entries (%[4]s)
+// returned in that order, which a claim does not change. A claim changes
+// neither the status nor the last error, so its entry
+// (ledger.EntryTransition) goes from the status to itself and has no
+// reason. Parameters beside outboxGrantSet's: $6 the operation, $7 the
+// outcome, $8 whether history is on; the actor is the worker, $4.
+const claimTemplate = `
+WITH picked AS (
+	SELECT id FROM %[1]s
 	WHERE %[2]s
 	ORDER BY %[3]s
 	LIMIT $2
@@ -142,19 +160,31 @@ WITH picked AS (
 	SELECT p.*, t.token
 	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
 	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
+), updated AS (
+	UPDATE %[1]s AS d SET ` + outboxGrantSet + `
+	FROM granted
+	WHERE d.id = granted.id
+	RETURNING %[5]s, d.enqueue_seq
+), logged AS (
+	INSERT INTO %[6]s (` + historyColumns + `)
+	SELECT id, version, $6, status, status, $7, NULLIF($4, ''), NULL, updated_at
+	FROM updated
+	WHERE $8::boolean
 )
-UPDATE %[1]s AS d SET %[4]s
-FROM granted
-WHERE d.id = granted.id
-RETURNING %[5]s`
+SELECT %[4]s FROM updated ORDER BY %[3]s`
 
 // queries holds every statement of one store, for one schema.
 type queries struct {
 	getDelivery, lockDelivery, deliveriesByID      string
 	insertDelivery, updateDelivery, listDeliveries string
-	// lease[byTargets][byCeremony] grants offerable deliveries; the
-	// filters take $10 (targets) and then the next number (ceremony).
-	lease                                     [2][2]string
+	// lease[byTargets][byCeremony] grants offerable deliveries (see
+	// leaseTemplate).
+	lease [2][2]string
+	// grantFailure and grantReason are what a grant over an expired lease
+	// records, probed from the state machine (grantProbe): the lease
+	// statements' parameters $7 to $9 and $13.
+	grantFailure                              ledger.Failure
+	grantReason                               string
 	reclaimable, expirable, ceremonyOpen      string
 	supersedable                              string
 	ensureFence, lockFence, setFence          string
@@ -205,15 +235,9 @@ func newQueries(schema string) *queries {
 	}
 	// grant returns a grant statement that also returns the columns
 	// carried as they were before the grant, after the new record's.
-	grant := func(table, where, order, set string, cols, carried []string) string {
-		picked, returning := "", qualified("d", cols)
-		for _, c := range carried {
-			picked += ", " + c + " AS was_" + c
-			returning += ", granted.was_" + c
-		}
-		return fmt.Sprintf(grantTemplate, table, where, order, set, returning, picked)
+	claim := func(where, order string) string {
+		return fmt.Sprintf(claimTemplate, outbox, where, order, strings.Join(ocols, ", "), qualified("d", ocols), entryHistory)
 	}
-	claimCarried := append([]string{"enqueue_seq"}, outboxGrantColumns...)
 
 	q := &queries{
 		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
@@ -243,8 +267,8 @@ func newQueries(schema string) *queries {
 		updateEntry:     update(outbox, ocols),
 		findPending:     selectFrom(ocols, outbox) + " WHERE " + pendingWhere + " ORDER BY " + pendingOrder + " LIMIT $1",
 		findRetryReady:  selectFrom(ocols, outbox) + " WHERE " + retryReadyWhere + " ORDER BY " + retryOrder + " LIMIT $2",
-		claimPending:    grant(outbox, pendingWhere+" AND "+unclaimedWhere, pendingOrder, outboxGrantSet, ocols, claimCarried),
-		claimRetryReady: grant(outbox, retryReadyWhere+" AND "+unclaimedWhere, retryOrder, outboxGrantSet, ocols, claimCarried),
+		claimPending:    claim(pendingWhere+" AND "+unclaimedWhere, pendingOrder),
+		claimRetryReady: claim(retryReadyWhere+" AND "+unclaimedWhere, retryOrder),
 
 		createSchema: "CREATE SCHEMA IF NOT EXISTS " + s,
 		advisoryXL:   "SELECT pg_catalog.pg_advisory_xact_lock($1)",
@@ -264,13 +288,14 @@ func newQueries(schema string) *queries {
 		deliveryHistory:       readHistory(deliveries, deliveryHistory),
 		entryHistory:          readHistory(outbox, entryHistory),
 	}
+	q.grantFailure, q.grantReason = grantProbe()
 	q.insertDeliveryLogged = insertLogged(q.insertDelivery, deliveryHistory, len(dcols))
 	q.insertEntryLogged = insertLogged(q.insertEntry, entryHistory, len(ocols))
 	q.insertEntryAtLogged = insertLogged(q.insertEntryAt, entryHistory, len(ocols)+1)
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")
 	for _, byTargets := range []bool{false, true} {
 		for _, byCeremony := range []bool{false, true} {
-			where, next := offerableWhere, 10
+			where, next := offerableWhere, 15
 			if byTargets {
 				where += fmt.Sprintf(" AND target = ANY($%d::text[])", next)
 				next++
@@ -278,7 +303,8 @@ func newQueries(schema string) *queries {
 			if byCeremony {
 				where += fmt.Sprintf(" AND ceremony = $%d", next)
 			}
-			q.lease[b2i(byTargets)][b2i(byCeremony)] = grant(deliveries, where, offerableOrder, deliveryGrantSet, dcols, deliveryGrantColumns)
+			q.lease[b2i(byTargets)][b2i(byCeremony)] = fmt.Sprintf(leaseTemplate, deliveries, where,
+				strings.Join(dcols, ", "), qualified("d", dcols), deliveryHistory)
 		}
 	}
 	return q

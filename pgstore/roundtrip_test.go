@@ -75,7 +75,7 @@ func TestLeaseGrantMatchesStateMachine(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, stored)
 		// The history entry is the one the root package makes from the
-		// records before and after: the statement returned the former.
+		// records before and after, though the statement wrote it in SQL.
 		entry := ledger.DeliveryTransition(ledger.OpLease, &before, &want, owner.String())
 		entry.Seq = want.Version
 		h, err := s.History(ctx, "d1")

@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"fmt"
-	"reflect"
-	"slices"
 	"time"
 
 	"github.com/leaseledger/ledger"
@@ -43,34 +41,6 @@ func pointers(cols []column) []any {
 		ptrs[i] = c.ptr
 	}
 	return ptrs
-}
-
-// columnIndexes returns the positions in cols of the columns named in
-// names, in the order of names, or -1 for a name that is no column (a test
-// checks every list this is called with).
-func columnIndexes(cols []column, names []string) []int {
-	idx := make([]int, len(names))
-	for i, name := range names {
-		idx[i] = slices.IndexFunc(cols, func(c column) bool { return c.name == name })
-	}
-	return idx
-}
-
-// pointersAt returns the field pointers of the columns of cols at idx.
-func pointersAt(cols []column, idx []int) []any {
-	ptrs := make([]any, len(idx))
-	for i, j := range idx {
-		ptrs[i] = cols[j].ptr
-	}
-	return ptrs
-}
-
-// overlay copies the fields of the columns at idx from src to dst, the
-// columns of two rows of one type.
-func overlay(dst, src []column, idx []int) {
-	for _, j := range idx {
-		reflect.ValueOf(dst[j].ptr).Elem().Set(reflect.ValueOf(src[j].ptr).Elem())
-	}
 }
 
 // deliveryRow is one row of the deliveries table.
