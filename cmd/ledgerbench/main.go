@@ -5,15 +5,16 @@
 // Workloads (-workload, a comma-separated list; default all):
 //
 //	delivery-drain (a)  enqueue -items in batches, then -workers lease batches,
-//	                    acknowledge and mark processed until every item ended
+//	                    acknowledge and mark processed until every item ended,
+//	                    -fanout items of a batch at once
 //	outbox-drain (b)    enqueue -items outbox entries, then -workers claim
-//	                    batches and mark each delivered
+//	                    batches and mark each delivered, -fanout at once
 //	completions         lease -items in batches, then acknowledge and mark
 //	                    processed each with its own call from -callers goroutines;
 //	                    on PostgreSQL with group commit and without, side by side
 //	steady (c)          producers offer -rate items/s for -duration while
-//	                    -workers consumers complete them; enqueue-to-completion
-//	                    latency
+//	                    -workers consumers lease and complete them, -fanout
+//	                    at once; enqueue-to-completion latency
 //	scale (d)           lease 1 and claim 1 beside 1,000 open records and
 //	                    -scale-max/100, -scale-max/10 and -scale-max terminal ones
 //	snapshot (e)        the steady workload for -snapshot-duration while another
@@ -21,6 +22,14 @@
 //	memory              heap for 1,000,000 open deliveries (in memory only)
 //	ceilings            what the server itself does (PostgreSQL only; measured
 //	                    first in every PostgreSQL run)
+//
+// A worker that leased (or claimed) a batch completes -fanout of its items
+// at once, each in a goroutine of its own, as a host does that processes
+// the batch it leased in parallel; -fanout 0, the default, means the whole
+// batch, and -fanout 1 completes one item after another. Concurrent
+// completions are what pgstore's group commit coalesces into shared
+// transactions: one item at a time per worker leaves a group no more calls
+// than there are workers, and every item pays for about two commits.
 //
 // With -store pg and no -dsn it starts a throwaway cluster with default
 // server settings (fsync and synchronous_commit on) and removes it
@@ -120,6 +129,19 @@ type config struct {
 	// callers is how many goroutines make the completions workload's
 	// calls, each one call at a time.
 	callers int
+	// fanout is how many items of its batch a drain or steady worker
+	// completes at once; 0 means the whole batch (see completeFanout).
+	fanout int
+}
+
+// completeFanout is the number of items of a leased or claimed batch that
+// a worker completes at once: -fanout, or the batch size for 0. A batch
+// holds no more than -batch items, so neither does the fanout.
+func (c config) completeFanout() int {
+	if c.fanout == 0 {
+		return c.batch
+	}
+	return min(c.fanout, c.batch)
 }
 
 // selected reports whether the run includes w.
@@ -184,6 +206,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON document instead of the table")
 	fs.BoolVar(&cfg.groupCommit, "group-commit", cfg.groupCommit, "PostgreSQL: coalesce concurrent per-item completions into shared transactions (pgstore.WithGroupCommit)")
 	fs.IntVar(&cfg.callers, "callers", cfg.callers, "goroutines making the completions workload's calls (1 to 4096)")
+	fs.IntVar(&cfg.fanout, "fanout", cfg.fanout, "items of a leased or claimed batch each drain and steady worker completes at once, each in its own goroutine; 0 means -batch, 1 one after another")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -268,6 +291,8 @@ func (c config) validate() error {
 		return errors.New("-callers must be between 1 and 4096")
 	case c.batch < 1 || c.batch > 1000:
 		return errors.New("-batch must be between 1 and 1000")
+	case c.fanout < 0:
+		return errors.New("-fanout must not be negative (0 means -batch)")
 	case c.duration <= 0 || c.snapshotDuration <= 0 || c.ceilingDuration <= 0:
 		return errors.New("-duration, -snapshot-duration and -ceiling-duration must be positive")
 	case c.rate <= 0:

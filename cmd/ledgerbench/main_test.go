@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,10 +47,12 @@ func value(t *testing.T, rep report, w workloadName, name string) figure {
 func TestRunInMemory(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.items, cfg.workers, cfg.duration, cfg.memoryItems = 200, 4, time.Second, 2000
+	cfg.fanout = 8
 	cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain, workloadCompletions, workloadSteady, workloadMemory}
 	rep, progress := runJSON(t, cfg)
 
 	assert.Equal(t, storeMem, rep.Store)
+	assert.Equal(t, 8, rep.Settings.Fanout)
 	assert.Nil(t, rep.Ceilings)
 	assert.Equal(t, 200.0, value(t, rep, workloadDeliveryDrain, "items enqueued and processed").Value)
 	assert.Equal(t, 200.0, value(t, rep, workloadOutboxDrain, "entries enqueued and delivered").Value)
@@ -84,7 +89,94 @@ func TestRunInMemory(t *testing.T) {
 	assert.Greater(t, value(t, rep, workloadMemory, "heap growth per delivery").Value, 256.0)
 
 	assert.Contains(t, progress, "delivery-drain: enqueue: 200/200")
-	assert.Contains(t, progress, "steady: completed:")
+	assert.Contains(t, progress, "delivery-drain: lease, acknowledge, processed (fanout 8): 200/200")
+	assert.Contains(t, progress, "outbox-drain: claim, delivered (fanout 8): 200/200")
+	assert.Contains(t, progress, "steady: completed (fanout 8):")
+}
+
+// TestDrainFanoutInMemory drains in memory completing one item at a time,
+// part of each batch at once, and whole batches at once: every way ends
+// every item (a drain that does not fails the run) and the report says
+// which way it measured.
+func TestDrainFanoutInMemory(t *testing.T) {
+	for _, tc := range []struct{ fanout, want int }{{1, 1}, {7, 7}, {0, 50}, {500, 50}} {
+		cfg := defaultConfig()
+		cfg.items, cfg.workers, cfg.batch, cfg.fanout = 1000, 3, 50, tc.fanout
+		cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain}
+		rep, progress := runJSON(t, cfg)
+		assert.Equal(t, tc.want, rep.Settings.Fanout, "-fanout %d", tc.fanout)
+		assert.Equal(t, 1000.0, value(t, rep, workloadDeliveryDrain, "items enqueued and processed").Value)
+		assert.Equal(t, 1000.0, value(t, rep, workloadOutboxDrain, "entries enqueued and delivered").Value)
+		assert.Contains(t, progress, fmt.Sprintf("processed (fanout %d): 1000/1000", tc.want))
+		assert.Contains(t, progress, fmt.Sprintf("delivered (fanout %d): 1000/1000", tc.want))
+	}
+}
+
+func TestForEach(t *testing.T) {
+	t.Run("every index once, limit at a time", func(t *testing.T) {
+		const n, limit = 1000, 16
+		var calls [n]atomic.Int32
+		var running, arrived atomic.Int32
+		var over atomic.Bool
+		// The first limit calls wait for one another, so they end only
+		// if that many run at once; the deadline turns a forEach that
+		// runs fewer into a failure instead of a hang.
+		barrier := make(chan struct{})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := forEach(ctx, n, limit, func(ctx context.Context, i int) error {
+			if running.Add(1) > limit {
+				over.Store(true)
+			}
+			defer running.Add(-1)
+			if arrived.Add(1) == limit {
+				close(barrier)
+			}
+			select {
+			case <-barrier:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			calls[i].Add(1)
+			return nil
+		})
+		require.NoError(t, err)
+		for i := range calls {
+			require.Equal(t, int32(1), calls[i].Load(), "index %d", i)
+		}
+		assert.False(t, over.Load(), "more than %d calls at once", limit)
+	})
+	t.Run("one after another with limit 1", func(t *testing.T) {
+		var order []int
+		require.NoError(t, forEach(context.Background(), 5, 1, func(_ context.Context, i int) error {
+			order = append(order, i)
+			return nil
+		}))
+		assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+	})
+	t.Run("the first error stops the rest and is returned", func(t *testing.T) {
+		boom := errors.New("boom")
+		var order []int
+		err := forEach(context.Background(), 100, 1, func(_ context.Context, i int) error {
+			order = append(order, i)
+			if i == 10 {
+				return boom
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, boom)
+		assert.Len(t, order, 11, "no call after the failing one")
+
+		// In parallel the others see the cancellation; the error
+		// returned is still the cause, not a cancellation.
+		err = forEach(context.Background(), 100, 8, func(ctx context.Context, i int) error {
+			if i == 10 {
+				return boom
+			}
+			return ctx.Err()
+		})
+		require.ErrorIs(t, err, boom)
+	})
 }
 
 func TestTableReport(t *testing.T) {
@@ -97,6 +189,7 @@ func TestTableReport(t *testing.T) {
 	rep.add(workloadSteady, "p50", 6, "ms", ceilingTxnTime, below(20, "ms").when(false, "at 1,000 items/s"))
 	var out bytes.Buffer
 	require.NoError(t, rep.write(&out, false))
+	assert.Contains(t, out.String(), "batch 100, fanout 100,", "the header says how many items of a batch were completed at once")
 	lines := strings.Split(out.String(), "\n")
 	row := func(prefix string) string {
 		for _, l := range lines {
@@ -133,10 +226,22 @@ func TestParseFlags(t *testing.T) {
 	assert.True(t, cfg.groupCommit, "group commit is on by default, as in pgstore")
 	assert.Equal(t, defaultCallers, cfg.callers)
 
-	cfg, err = parseFlags([]string{"-store", "pg", "-group-commit=false", "-callers", "32"}, &stderr)
+	assert.Zero(t, cfg.fanout)
+	assert.Equal(t, cfg.batch, cfg.completeFanout(), "-fanout 0 completes whole batches at once")
+
+	cfg, err = parseFlags([]string{"-store", "pg", "-group-commit=false", "-callers", "32", "-fanout", "1"}, &stderr)
 	require.NoError(t, err)
 	assert.False(t, cfg.groupCommit)
 	assert.Equal(t, 32, cfg.callers)
+	assert.Equal(t, 1, cfg.completeFanout())
+
+	cfg, err = parseFlags([]string{"-batch", "20", "-fanout", "64"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, 20, cfg.completeFanout(), "no more at once than a batch holds")
+
+	_, err = parseFlags([]string{"-fanout", "-1"}, &stderr)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "-fanout")
 
 	for _, args := range [][]string{
 		{"-workload", "snapshot"},
@@ -171,6 +276,7 @@ func TestRunOnPostgreSQL(t *testing.T) {
 	cfg.ceilingDuration, cfg.duration, cfg.snapshotDuration = 500*time.Millisecond, time.Second, 2*time.Second
 	cfg.rate, cfg.scaleMax, cfg.scaleCalls = 200, 2000, 20
 	cfg.callers = 16
+	cfg.fanout = 20 // several items of each batch of 50 at once, so that group commit coalesces them
 	cfg.workloads = []workloadName{workloadDeliveryDrain, workloadOutboxDrain, workloadCompletions, workloadSteady, workloadScale, workloadSnapshot}
 	rep, _ := runJSON(t, cfg)
 
@@ -179,6 +285,7 @@ func TestRunOnPostgreSQL(t *testing.T) {
 	assert.Positive(t, rep.Ceilings.BatchedRowsPerSec)
 	assert.Equal(t, 4, rep.Ceilings.Workers)
 	assert.Contains(t, rep.Server, "PostgreSQL")
+	assert.Equal(t, 20, rep.Settings.Fanout)
 
 	assert.Equal(t, 200.0, value(t, rep, workloadDeliveryDrain, "items enqueued and processed").Value)
 	assert.Equal(t, 200.0, value(t, rep, workloadOutboxDrain, "entries enqueued and delivered").Value)

@@ -142,6 +142,9 @@ type settings struct {
 	Workloads        []workloadName `json:"workloads"`
 	GroupCommit      bool           `json:"group_commit"`
 	Callers          int            `json:"callers"`
+	// Fanout is the items of a batch a drain or steady worker completed
+	// at once: -fanout resolved (0 is the batch size).
+	Fanout int `json:"fanout"`
 }
 
 // report collects a run's figures; it is also the -json document.
@@ -165,7 +168,7 @@ func newReport(cfg config, server string) *report {
 			ScaleMax: cfg.scaleMax, ScaleCalls: cfg.scaleCalls,
 			SnapshotDuration: cfg.snapshotDuration.String(), CeilingDuration: cfg.ceilingDuration.String(),
 			MemoryItems: cfg.memoryItems, Workloads: cfg.workloads,
-			GroupCommit: cfg.groupCommit, Callers: cfg.callers,
+			GroupCommit: cfg.groupCommit, Callers: cfg.callers, Fanout: cfg.completeFanout(),
 		},
 	}
 }
@@ -199,8 +202,8 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "store: %s\n", r.Server)
 	s := r.Settings
-	fmt.Fprintf(w, "settings: workers %d, items %d, batch %d, steady %s at %g items/s, scale-max %d, snapshot %s, group commit %t, callers %d\n",
-		s.Workers, s.Items, s.Batch, s.Duration, s.Rate, s.ScaleMax, s.SnapshotDuration, s.GroupCommit, s.Callers)
+	fmt.Fprintf(w, "settings: workers %d, items %d, batch %d, fanout %d, steady %s at %g items/s, scale-max %d, snapshot %s, group commit %t, callers %d\n",
+		s.Workers, s.Items, s.Batch, s.Fanout, s.Duration, s.Rate, s.ScaleMax, s.SnapshotDuration, s.GroupCommit, s.Callers)
 	if c := r.Ceilings; c != nil {
 		fmt.Fprintf(w, "ceilings (%d sessions, %gs each): (i) %.0f single-row UPDATE txn/s (%.2f ms each); (ii) %.0f rows/s in UPDATEs of 1,000 rows\n",
 			c.Workers, c.Seconds, c.UpdateTxnPerSec, c.UpdateTxnMillis, c.BatchedRowsPerSec)

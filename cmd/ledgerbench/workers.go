@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leaseledger/ledger"
@@ -48,6 +49,37 @@ func runWorkers(ctx context.Context, n int, fn func(ctx context.Context, w int) 
 	}
 	wg.Wait()
 	return first
+}
+
+// forEach calls fn for every index of [0, n) from up to limit goroutines
+// at once and waits for them, as a worker that completes the items of its
+// batch in parallel. The first error cancels the calls not yet made and is
+// the one returned. With a limit of 1 the calls are made one after another
+// on the caller's goroutine.
+func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
+	if limit <= 1 || n <= 1 {
+		for i := range n {
+			if err := fn(ctx, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var next atomic.Int64
+	return runWorkers(ctx, min(limit, n), func(ctx context.Context, _ int) error {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= n {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(ctx, i); err != nil {
+				return err
+			}
+		}
+	})
 }
 
 // owner is worker w's lease owner: one agent per worker, so that the

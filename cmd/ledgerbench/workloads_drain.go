@@ -13,15 +13,16 @@ import (
 // The drain workloads move a fixed backlog through the store as fast as
 // -workers goroutines can and report items/s. Enqueueing is measured and
 // reported on its own; the drain rate counts from the first lease (or
-// claim) to the last completion.
+// claim) to the last completion. Each worker completes -fanout items of
+// its batch at once (see forEach) and leases again when all are done.
 
 // drainTarget is the targets' worker count: the drain targets are stated
 // for 8 workers and are n/a in runs with another count.
 const drainTarget = 8
 
 // deliveryDrain is workload (a): enqueue -items in batches, then -workers
-// lease batches and acknowledge and mark processed each item until every
-// item is Processed.
+// lease batches and acknowledge and mark processed each item, -fanout at
+// once, until every item is Processed.
 func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 	const w = workloadDeliveryDrain
 	st, err := e.fresh(ctx, w)
@@ -37,7 +38,8 @@ func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 	if err := e.analyze(ctx, st, false); err != nil {
 		return err
 	}
-	ph := e.prog.begin(string(w)+": lease, acknowledge, processed", n)
+	fanout := e.cfg.completeFanout()
+	ph := e.prog.begin(fmt.Sprintf("%s: lease, acknowledge, processed (fanout %d)", w, fanout), n)
 	var processed atomic.Int64
 	start := time.Now()
 	err = runWorkers(ctx, e.cfg.workers, func(ctx context.Context, wk int) error {
@@ -51,12 +53,16 @@ func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 			if len(r.Leased) == 0 {
 				return nil
 			}
-			for _, l := range r.Leased {
-				if err := complete(ctx, st.ledger, l.Lease); err != nil {
+			err = forEach(ctx, len(r.Leased), fanout, func(ctx context.Context, i int) error {
+				if err := complete(ctx, st.ledger, r.Leased[i].Lease); err != nil {
 					return err
 				}
 				processed.Add(1)
 				ph.add(1)
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
 	})
@@ -76,7 +82,7 @@ func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 }
 
 // outboxDrain is workload (b): enqueue -items outbox entries, then
-// -workers claim batches and mark each entry delivered.
+// -workers claim batches and mark each entry delivered, -fanout at once.
 func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 	const w = workloadOutboxDrain
 	st, err := e.fresh(ctx, w)
@@ -92,7 +98,8 @@ func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 	if err := e.analyze(ctx, st, false); err != nil {
 		return err
 	}
-	ph := e.prog.begin(string(w)+": claim, delivered", n)
+	fanout := e.cfg.completeFanout()
+	ph := e.prog.begin(fmt.Sprintf("%s: claim, delivered (fanout %d)", w, fanout), n)
 	var delivered atomic.Int64
 	start := time.Now()
 	err = runWorkers(ctx, e.cfg.workers, func(ctx context.Context, wk int) error {
@@ -106,12 +113,16 @@ func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 			if len(cs) == 0 {
 				return nil
 			}
-			for _, c := range cs {
-				if err := deliver(ctx, st.outbox, c.Claim); err != nil {
+			err = forEach(ctx, len(cs), fanout, func(ctx context.Context, i int) error {
+				if err := deliver(ctx, st.outbox, cs[i].Claim); err != nil {
 					return err
 				}
 				delivered.Add(1)
 				ph.add(1)
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
 	})

@@ -16,7 +16,9 @@ import (
 // The steady workload offers work at a fixed rate instead of draining a
 // backlog: producers enqueue on a schedule while consumers lease and
 // complete, and the figure that matters is how long an item waits from
-// the moment it was due to be enqueued to its completion.
+// the moment it was due to be enqueued to its completion. A consumer
+// completes -fanout items of its batch at once, as the drains do, and
+// leases again when all of them are done.
 //
 // The producers are open-loop: item k is due at start + k/rate whatever
 // happened before, and each producer enqueues, in one EnqueueBatch call,
@@ -53,7 +55,8 @@ func (e *env) runSteady(ctx context.Context, st *stores, label string, d time.Du
 		leases              = make([][]leaseSample, e.cfg.workers)
 	)
 	interval := time.Duration(float64(time.Second) / e.cfg.rate)
-	ph := e.prog.begin(label+": completed", 0)
+	fanout := e.cfg.completeFanout()
+	ph := e.prog.begin(fmt.Sprintf("%s: completed (fanout %d)", label, fanout), 0)
 	start := time.Now()
 	err := runWorkers(ctx, steadyProducers+e.cfg.workers, func(ctx context.Context, wk int) error {
 		if wk < steadyProducers {
@@ -73,14 +76,24 @@ func (e *env) runSteady(ctx context.Context, st *stores, label string, d time.Du
 				continue
 			}
 			leases[c] = append(leases[c], leaseSample{at: t0.Sub(start), took: time.Since(t0)})
-			for _, l := range r.Leased {
+			// Each item's latency is taken when its own completion
+			// returns, not when the batch's last one does, into a slot
+			// of its own.
+			took := make([]time.Duration, len(r.Leased))
+			err = forEach(ctx, len(r.Leased), fanout, func(ctx context.Context, i int) error {
+				l := r.Leased[i]
 				if err := complete(ctx, st.ledger, l.Lease); err != nil {
 					return err
 				}
-				latencies[c] = append(latencies[c], time.Since(start.Add(dueOffset(l.Delivery.Payload))))
+				took[i] = time.Since(start.Add(dueOffset(l.Delivery.Payload)))
 				completed.Add(1)
 				ph.add(1)
+				return nil
+			})
+			if err != nil {
+				return err
 			}
+			latencies[c] = append(latencies[c], took...)
 		}
 		return nil
 	})
