@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -136,6 +137,7 @@ type planNode struct {
 	NodeType     string     `json:"Node Type"`
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
+	IndexCond    string     `json:"Index Cond"`
 	Plans        []planNode `json:"Plans"`
 }
 
@@ -364,4 +366,91 @@ func insertOpenRows(ctx context.Context, t *testing.T, s *Store) {
 		require.NoError(t, err)
 		require.Equal(t, ledger.OutcomeApplied, r.Outcome)
 	}
+}
+
+// TestExplainGroupStatementsUseIndexes checks the statements of a group
+// transaction (group_tx.go, group_bulk.go) on the fixture of
+// TestExplainHotQueriesUseIndexes: the locking reads of a full group's
+// records by id = ANY($1) look their rows up in the primary keys of
+// deliveries and outbox_entries (an index condition, not a whole index
+// read in id order and filtered), and so do the write-backs, which join
+// one array per column to the table on id.
+func TestExplainGroupStatementsUseIndexes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 200,000 rows; skipped under -short")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	s, err := New(pool, WithSchema(schema), WithClock(func() time.Time { return explainT0 }),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	require.NotNil(t, s.groups, "group commit is on")
+
+	insertTerminalDeliveries(ctx, t, pool, schema, explainTerminalRows, explainT0)
+	insertTerminalEntries(ctx, t, pool, schema, explainTerminalRows, explainT0)
+	insertOpenRows(ctx, t, s)
+	for _, table := range []string{"deliveries", "outbox_entries"} {
+		_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, table}.Sanitize())
+		require.NoError(t, err)
+	}
+
+	// A full group: open records, as the calls of a group name them, and
+	// ended ones, as late calls do.
+	ids := make([]string, DefaultGroupCommitMax)
+	versions := make([]int64, len(ids))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("open-%04d", i)
+		if i%2 == 1 {
+			ids[i] = fmt.Sprintf("done-%08d", 1+i*701)
+		}
+		versions[i] = 3
+	}
+	// The write-back that sets only the version column: which columns a
+	// group sets changes its SET list, not how it finds the rows.
+	bump := func(bt *bulkTable) (string, []any) {
+		next := make([]int64, len(versions))
+		for i, v := range versions {
+			next[i] = v + 1
+		}
+		return bt.statement(1 << (len(bt.names) - 1)), []any{ids, versions, next}
+	}
+	writeDeliveries, writeDeliveriesArgs := bump(s.groups.deliveryTable)
+	writeEntries, writeEntriesArgs := bump(s.groups.entryTable)
+	st := s.groups.stmts
+	cases := []struct {
+		name, sql string
+		args      []any
+		table     string
+	}{
+		{"LockDeliveries", st.lockDeliveries, []any{ids}, "deliveries"},
+		{"LockEntries", st.lockEntries, []any{ids}, "outbox_entries"},
+		{"WriteBackDeliveries", writeDeliveries, writeDeliveriesArgs, "deliveries"},
+		{"WriteBackEntries", writeEntries, writeEntriesArgs, "outbox_entries"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pkey := c.table + "_pkey"
+			t.Run("Custom", func(t *testing.T) {
+				plan := explainCustom(ctx, t, pool, c.sql, c.args)
+				checkPlan(t, plan, c.table)
+				require.True(t, usesIndex(plan, pkey), "rows not looked up in %s: %s", pkey, plan.tree())
+			})
+			t.Run("Generic", func(t *testing.T) {
+				plan := explainGeneric(ctx, t, pool, c.sql)
+				checkPlan(t, plan, c.table)
+				require.True(t, usesIndex(plan, pkey), "rows not looked up in %s: %s", pkey, plan.tree())
+			})
+		})
+	}
+}
+
+// usesIndex reports whether any node of plan looks rows up in index by a
+// condition, not only reads it whole (as for an ORDER BY) and filters.
+func usesIndex(plan planNode, index string) bool {
+	found := false
+	plan.walk(func(n planNode) { found = found || n.IndexName == index && n.IndexCond != "" })
+	return found
 }

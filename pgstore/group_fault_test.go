@@ -1,0 +1,521 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgtest"
+)
+
+// Group commit when the connection of a group transaction is lost at its
+// COMMIT. Many goroutines acknowledge leased deliveries in one group, and
+// the group's connection is lost at the commit in one of four ways: the
+// server ends the backend just before the COMMIT is sent, or while the
+// COMMIT runs; or the client loses the connection before the COMMIT
+// reaches the server, or after the server committed but before its answer
+// arrives. Whatever happened, every call must answer truthfully: success
+// only when its transition is durable, an error otherwise, and nothing of
+// the group half applied; and a call that failed, made again, says
+// whether the lost commit had landed.
+//
+// The fault is placed with a tracer on the store's pool, which sees the
+// batch that ends a group transaction (its last statement is COMMIT; a
+// call on its own commits with tx.Commit, not in a batch) just before it
+// is sent, and with a net.Conn under the pool's connections that can drop
+// what goes one way or the other, reading the protocol's message framing.
+
+// faultCallers is how many goroutines make the calls of the group.
+const faultCallers = 32
+
+// errConnectionCut is what a cut connection reads instead of what the
+// server sent.
+var errConnectionCut = errors.New("connection cut by the test")
+
+// cutMode says where a cutConn loses the connection.
+type cutMode int32
+
+const (
+	cutNone    cutMode = iota
+	cutRequest         // the next request that executes anything never reaches the server
+	cutReply           // the server's answer to COMMIT, and all after it, never reaches the client
+)
+
+// cutConn is a client connection that loses itself where its mode says.
+// Once cut, writes vanish and reads fail with errConnectionCut, as a
+// connection whose peer went away, and what the server sent is never
+// read.
+type cutConn struct {
+	net.Conn
+	mode   atomic.Int32 // a cutMode, set before the request it is about is written
+	cut    atomic.Bool
+	landed atomic.Bool // the server answered COMMIT (cutReply)
+
+	readMu  sync.Mutex // serialises the filtering reads of cutReply
+	in, out []byte     // from the server: an incomplete message; whole messages for the client
+}
+
+func (c *cutConn) Write(p []byte) (int, error) {
+	if c.cut.Load() {
+		return len(p), nil
+	}
+	if cutMode(c.mode.Load()) == cutRequest && hasMessage(p, 'E') {
+		c.lose()
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *cutConn) Read(p []byte) (int, error) {
+	if cutMode(c.mode.Load()) == cutReply {
+		return c.readUntilCommit(p)
+	}
+	if c.cut.Load() {
+		return 0, errConnectionCut
+	}
+	n, err := c.Conn.Read(p)
+	if err != nil && c.cut.Load() {
+		return 0, errConnectionCut
+	}
+	return n, err
+}
+
+// lose cuts the connection, waking a read that waits for an answer that
+// will not come.
+func (c *cutConn) lose() {
+	c.cut.Store(true)
+	_ = c.Conn.SetReadDeadline(time.Now())
+}
+
+// readUntilCommit passes the server's messages on, whole, until the
+// server answers COMMIT (a CommandComplete with tag COMMIT): the commit
+// has then landed, and the connection is cut before the answer is read.
+func (c *cutConn) readUntilCommit(p []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	buf := make([]byte, 8192)
+	for len(c.out) == 0 {
+		if c.cut.Load() {
+			return 0, errConnectionCut
+		}
+		n, err := c.Conn.Read(buf)
+		c.in = append(c.in, buf[:n]...)
+		for len(c.in) >= 5 {
+			size := 1 + int(binary.BigEndian.Uint32(c.in[1:5]))
+			if len(c.in) < size {
+				break
+			}
+			if msg := c.in[:size]; msg[0] == 'C' && string(msg[5:]) == "COMMIT\x00" {
+				c.landed.Store(true)
+				c.lose()
+				break
+			}
+			c.out = append(c.out, c.in[:size]...)
+			c.in = c.in[size:]
+		}
+		if err != nil && len(c.out) == 0 && !c.cut.Load() {
+			return 0, err
+		}
+	}
+	n := copy(p, c.out)
+	c.out = c.out[n:]
+	return n, nil
+}
+
+// hasMessage reports whether p, whole frontend messages as the driver
+// writes them, holds a message of type typ.
+func hasMessage(p []byte, typ byte) bool {
+	for len(p) >= 5 {
+		if p[0] == typ {
+			return true
+		}
+		size := 1 + int(binary.BigEndian.Uint32(p[1:5]))
+		if size < 5 || size > len(p) {
+			return false
+		}
+		p = p[size:]
+	}
+	return false
+}
+
+// commitTracer runs atCommit, once and only once armed, on the goroutine
+// of the group transaction whose final batch (its last statement COMMIT)
+// is about to be sent, with that batch's connection.
+type commitTracer struct {
+	armed    atomic.Bool
+	fired    atomic.Int32
+	atCommit func(ctx context.Context, conn *pgx.Conn) error
+
+	mu  sync.Mutex
+	err error // what atCommit returned
+}
+
+func (tr *commitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (tr *commitTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (tr *commitTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	q := data.Batch.QueuedQueries
+	if len(q) == 0 || q[len(q)-1].SQL != "COMMIT" || !tr.armed.Load() || tr.fired.Add(1) != 1 {
+		return ctx
+	}
+	if err := tr.atCommit(ctx, conn); err != nil {
+		tr.mu.Lock()
+		tr.err = err
+		tr.mu.Unlock()
+	}
+	return ctx
+}
+
+func (tr *commitTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (tr *commitTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// faultFixture is a store on a traced pool of cuttable connections, with
+// faultCallers leased deliveries.
+type faultFixture struct {
+	s      *Store
+	ctx    context.Context
+	admin  *pgxpool.Pool // an ordinary pool, for the test's own statements
+	app    string        // the application_name of the store's connections
+	tracer *commitTracer
+	ids    []ledger.DeliveryID
+	leases map[ledger.DeliveryID]ledger.Lease
+	before map[ledger.DeliveryID]ledger.Delivery // as leased
+	// pid is the backend of the group transaction, once its COMMIT is
+	// about to be sent.
+	pid atomic.Uint32
+	// conn is the group's connection, once its COMMIT is about to be sent.
+	conn atomic.Pointer[cutConn]
+	// holder holds the advisory lock of holdCommits.
+	holder *pgx.Conn
+}
+
+func newFaultFixture(t *testing.T) *faultFixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	f := &faultFixture{ctx: ctx, admin: pgtest.Pool(t), app: "pgstore-fault-" + rand.Text()[:12], tracer: &commitTracer{}}
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	cfg.ConnConfig.RuntimeParams["application_name"] = f.app
+	cfg.ConnConfig.Tracer = f.tracer
+	// The cut reads the protocol, so it must see it in the clear.
+	cfg.ConnConfig.TLSConfig = nil
+	for _, fb := range cfg.ConnConfig.Fallbacks {
+		fb.TLSConfig = nil
+	}
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cutConn{Conn: conn}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	f.s, err = New(pool, WithSchema(pgtest.Schema(t, pool)), WithClock(func() time.Time { return groupT0 }),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, f.s.Migrate(ctx))
+
+	for i := range faultCallers {
+		f.ids = append(f.ids, ledger.DeliveryID(fmt.Sprintf("d%02d", i)))
+	}
+	f.leases = leasedDeliveries(ctx, t, f.s, f.ids...)
+	f.before = map[ledger.DeliveryID]ledger.Delivery{}
+	for _, id := range f.ids {
+		d, err := f.s.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, ledger.DeliveryStateLeased, d.State)
+		f.before[id] = d
+	}
+	return f
+}
+
+// cut returns an atCommit that sets the mode of the group's connection.
+func (f *faultFixture) cut(mode cutMode) func(context.Context, *pgx.Conn) error {
+	return func(_ context.Context, conn *pgx.Conn) error {
+		c, ok := conn.PgConn().Conn().(*cutConn)
+		if !ok {
+			return fmt.Errorf("the group's connection is a %T, not the test's", conn.PgConn().Conn())
+		}
+		c.mode.Store(int32(mode))
+		f.conn.Store(c)
+		f.pid.Store(conn.PgConn().PID())
+		return nil
+	}
+}
+
+// terminate ends backend pid from the test's own pool and waits until it
+// has exited.
+func (f *faultFixture) terminate(ctx context.Context, pid uint32) error {
+	var ok bool
+	if err := f.admin.QueryRow(ctx, "SELECT pg_catalog.pg_terminate_backend($1, 10000)", int32(pid)).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("backend %d did not exit", pid)
+	}
+	return nil
+}
+
+// commitFault is one way of losing the group's connection at its COMMIT.
+type commitFault struct {
+	// prepare runs once the deliveries are leased, before the calls.
+	prepare func(t *testing.T, f *faultFixture)
+	// atCommit runs on the group's goroutine just before its COMMIT is
+	// sent (nil: record the backend only).
+	atCommit func(f *faultFixture) func(context.Context, *pgx.Conn) error
+	// during runs on the test's goroutine while the calls wait.
+	during func(t *testing.T, f *faultFixture)
+	// landed: the group's commit reached the disk, though its caller
+	// never heard.
+	landed bool
+	// unknown: the store cannot tell whether the commit landed, so every
+	// call of the group must return an error wrapping errConnectionCut.
+	unknown bool
+	// refused: the server answered the COMMIT with an error, so the store
+	// knows that nothing was applied, and every call, run again on its
+	// own, applies.
+	refused bool
+}
+
+// TestGroupCommitConnectionLostAtCommit loses a group's connection at its
+// COMMIT in each of the ways above (see runCommitFault for the checks).
+func TestGroupCommitConnectionLostAtCommit(t *testing.T) {
+	faults := map[string]commitFault{
+		// The backend is terminated, and gone, when the batch with the
+		// COMMIT goes out: the transaction was rolled back.
+		"KilledBeforeCommitSent": {
+			atCommit: func(f *faultFixture) func(context.Context, *pgx.Conn) error {
+				return func(ctx context.Context, conn *pgx.Conn) error {
+					return f.terminate(context.WithoutCancel(ctx), conn.PgConn().PID())
+				}
+			},
+		},
+		// A deferred constraint trigger makes the COMMIT wait on an
+		// advisory lock the test holds; the backend is terminated while
+		// its COMMIT waits there, before the commit record is written.
+		"KilledWhileCommitRuns": {
+			prepare: holdCommits,
+			during: func(t *testing.T, f *faultFixture) {
+				var pid uint32
+				require.Eventually(t, func() bool {
+					pid = f.pid.Load()
+					if pid == 0 {
+						return false
+					}
+					var waiting bool
+					err := f.admin.QueryRow(f.ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+						WHERE pid = $1 AND application_name = $2 AND wait_event = 'advisory' AND query = 'COMMIT')`,
+						int32(pid), f.app).Scan(&waiting)
+					return err == nil && waiting
+				}, 30*time.Second, 5*time.Millisecond, "the group's COMMIT never waited in its deferred trigger")
+				require.NoError(t, f.terminate(f.ctx, pid))
+				releaseCommits(t, f)
+			},
+			refused: true,
+		},
+		// The batch with the COMMIT never reaches the server, and the
+		// client reads a lost connection: the outcome is unknown to the
+		// store, and the transaction is rolled back when the connection
+		// closes.
+		"CutBeforeCommitArrives": {
+			atCommit: func(f *faultFixture) func(context.Context, *pgx.Conn) error { return f.cut(cutRequest) },
+			unknown:  true,
+		},
+		// The server commits, and the connection is lost before its
+		// answer is read: the outcome is unknown to the store, and the
+		// commit landed.
+		"CutAfterCommitLanded": {
+			atCommit: func(f *faultFixture) func(context.Context, *pgx.Conn) error { return f.cut(cutReply) },
+			landed:   true,
+			unknown:  true,
+		},
+	}
+	for name, fault := range faults {
+		t.Run(name, func(t *testing.T) { runCommitFault(t, fault) })
+	}
+}
+
+// holdCommits makes every later transaction that updates a delivery wait,
+// at its COMMIT, for an advisory lock that the test now holds until
+// releaseCommits: a deferred constraint trigger takes the lock, shared,
+// when the transaction commits.
+func holdCommits(t *testing.T, f *faultFixture) {
+	schema := pgx.Identifier{f.s.cfg.schema}.Sanitize()
+	for _, sql := range []string{
+		`CREATE FUNCTION ` + schema + `.hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext(TG_TABLE_SCHEMA)); RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER hold_commit AFTER UPDATE ON ` + schema + `.deliveries
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ` + schema + `.hold_commit()`,
+	} {
+		_, err := f.admin.Exec(f.ctx, sql)
+		require.NoError(t, err)
+	}
+	conn, err := pgx.Connect(f.ctx, pgtest.DSN(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(f.ctx, "SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtext($1))", f.s.cfg.schema)
+	require.NoError(t, err)
+	f.holder = conn
+}
+
+// releaseCommits lets the transactions that holdCommits holds commit.
+func releaseCommits(t *testing.T, f *faultFixture) {
+	_, err := f.holder.Exec(f.ctx, "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext($1))", f.s.cfg.schema)
+	require.NoError(t, err)
+}
+
+// runCommitFault makes faultCallers concurrent Acknowledge calls in one
+// group, loses the group's connection at its COMMIT as fault says, and
+// checks what every call answered against what the database holds.
+func runCommitFault(t *testing.T, fault commitFault) {
+	f := newFaultFixture(t)
+	ctx, s := f.ctx, f.s
+	if fault.prepare != nil {
+		fault.prepare(t, f)
+	}
+	f.tracer.atCommit = f.cut(cutNone)
+	if fault.atCommit != nil {
+		record, inject := f.cut(cutNone), fault.atCommit(f)
+		f.tracer.atCommit = func(ctx context.Context, conn *pgx.Conn) error {
+			if err := record(ctx, conn); err != nil {
+				return err
+			}
+			return inject(ctx, conn)
+		}
+	}
+	f.tracer.armed.Store(true)
+	fixGroups(s, faultCallers) // one group of every call
+
+	out := make([]answer[ledger.DeliveryResult], len(f.ids))
+	var wg sync.WaitGroup
+	for i, id := range f.ids {
+		wg.Go(func() { out[i].res, out[i].err = s.Acknowledge(ctx, f.leases[id], "seen", groupT0) })
+	}
+	if fault.during != nil {
+		fault.during(t, f)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the calls did not return")
+	}
+
+	// The fault was placed, once, in the one group of all the calls.
+	require.EqualValues(t, 1, f.tracer.fired.Load(), "the group's COMMIT was seen once")
+	require.NoError(t, f.tracer.err)
+	require.EqualValues(t, 1, s.groups.deliveries.groupsRun.Load())
+	require.EqualValues(t, faultCallers, s.groups.deliveries.callsGrouped.Load())
+	if fault.unknown {
+		c := f.conn.Load()
+		require.True(t, c.cut.Load(), "the group's connection was cut")
+		require.Equal(t, fault.landed, c.landed.Load(), "the server answered the COMMIT")
+	}
+
+	var failed []ledger.DeliveryID
+	for i, id := range f.ids {
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		h, err := s.History(ctx, id)
+		require.NoError(t, err)
+		if got := out[i]; got.err != nil {
+			failed = append(failed, id)
+			require.NotErrorIs(t, got.err, context.Canceled, string(id))
+			require.NotErrorIs(t, got.err, context.DeadlineExceeded, string(id))
+			if fault.unknown {
+				require.ErrorIs(t, got.err, errConnectionCut, "%s: the error wraps its cause", id)
+			}
+		} else {
+			// Each delivery has one call: success is Applied, or nothing.
+			require.Equal(t, ledger.OutcomeApplied, got.res.Outcome, "%s answered without an error", id)
+			require.Equal(t, ledger.DeliveryStateAcknowledged, d.State, "%s answered Applied but is not acknowledged", id)
+			require.Equal(t, d, got.res.Delivery, "%s: the answer is the record as it stands", id)
+		}
+		checkWhole(t, f.before[id], d, h)
+	}
+	if fault.unknown {
+		require.Len(t, failed, faultCallers, "the commit's outcome is unknown: every call of the group says so")
+	}
+	if fault.refused {
+		require.Empty(t, failed, "the commit failed, known to have applied nothing: every call runs again on its own")
+	}
+
+	// The calls that failed were decided by the one group: its commit
+	// landed for all of them or for none, as the fault says. Each, made
+	// again (concurrently, grouped as the queue pleases), says which.
+	for _, id := range failed {
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, fault.landed, d.State == ledger.DeliveryStateAcknowledged, "%s: did the group's commit land?", id)
+	}
+	s.groups.deliveries.window, s.groups.deliveries.max = DefaultGroupCommitWindow, DefaultGroupCommitMax
+	again := make([]answer[ledger.DeliveryResult], len(failed))
+	for i, id := range failed {
+		wg.Go(func() { again[i].res, again[i].err = s.Acknowledge(ctx, f.leases[id], "seen", groupT0) })
+	}
+	wg.Wait()
+	want := ledger.OutcomeApplied
+	if fault.landed {
+		want = ledger.OutcomeRepeated
+	}
+	for i, id := range failed {
+		require.NoError(t, again[i].err, string(id))
+		require.Equal(t, want, again[i].res.Outcome, "%s made again", id)
+	}
+	// Now every delivery is acknowledged, exactly once.
+	for _, id := range f.ids {
+		d, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, ledger.DeliveryStateAcknowledged, d.State, string(id))
+		h, err := s.History(ctx, id)
+		require.NoError(t, err)
+		checkWhole(t, f.before[id], d, h)
+	}
+	t.Logf("%d of %d calls failed; the group's commit landed: %v", len(failed), faultCallers, fault.landed)
+}
+
+// checkWhole checks that d, with its history h, is either as leased
+// (before) or acknowledged once after it, with record, version and
+// history agreeing: never part of a transition.
+func checkWhole(t *testing.T, before, d ledger.Delivery, h []ledger.Transition) {
+	t.Helper()
+	require.NotEmpty(t, h, string(d.ID))
+	require.Equal(t, d.Version, h[len(h)-1].Seq, "%s: the history ends at the record's version", d.ID)
+	switch d.State {
+	case ledger.DeliveryStateLeased:
+		require.Equal(t, before, d, "%s: untouched", d.ID)
+		require.Len(t, h, 2, "%s: enqueue and lease", d.ID)
+	case ledger.DeliveryStateAcknowledged:
+		require.Equal(t, before.Version+1, d.Version, "%s: acknowledged once", d.ID)
+		require.NotNil(t, d.Ack, string(d.ID))
+		require.Equal(t, "seen", d.Ack.Observation, string(d.ID))
+		require.Equal(t, before.Lease, d.Lease, "%s: under its lease", d.ID)
+		require.Len(t, h, 3, "%s: enqueue, lease and acknowledge", d.ID)
+		require.Equal(t, ledger.OpAcknowledge, h[2].Op, string(d.ID))
+	default:
+		t.Fatalf("%s: state %s", d.ID, d.State)
+	}
+}
