@@ -50,6 +50,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -132,6 +133,8 @@ type config struct {
 	// fanout is how many items of its batch a drain or steady worker
 	// completes at once; 0 means the whole batch (see completeFanout).
 	fanout int
+	// cpuProfile is where -cpuprofile writes; empty for none.
+	cpuProfile string
 }
 
 // completeFanout is the number of items of a leased or claimed batch that
@@ -178,12 +181,32 @@ func main() {
 	// The first interrupt cancels the run, which then cleans up (drops
 	// its schemas, stops the cluster) on its way out.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, cfg, os.Stdout, os.Stderr)
+	err = profiled(cfg.cpuProfile, func() error { return run(ctx, cfg, os.Stdout, os.Stderr) })
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerbench:", err)
 		os.Exit(1)
 	}
+}
+
+// profiled runs fn, under the CPU profiler writing to path unless path is
+// empty: where the client's own time goes decides whether a figure
+// measures the store or the benchmark.
+func profiled(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	runErr := fn()
+	pprof.StopCPUProfile()
+	return errors.Join(runErr, f.Close())
 }
 
 // parseFlags reads the command line into a config and checks it.
@@ -206,6 +229,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON document instead of the table")
 	fs.BoolVar(&cfg.groupCommit, "group-commit", cfg.groupCommit, "PostgreSQL: coalesce concurrent per-item completions into shared transactions (pgstore.WithGroupCommit)")
 	fs.IntVar(&cfg.callers, "callers", cfg.callers, "goroutines making the completions workload's calls (1 to 4096)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (this process: the client side) to this file")
 	fs.IntVar(&cfg.fanout, "fanout", cfg.fanout, "items of a leased or claimed batch each drain and steady worker completes at once, each in its own goroutine; 0 means -batch, 1 one after another")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
