@@ -222,6 +222,15 @@ type groupQueue[Req, Res any] struct {
 	// group ended and freed its slot. Buffered 1; a stale kick only makes
 	// the leader look again.
 	kick chan struct{}
+	// alone counts the calls running on the single path (submit
+	// answered single). With nothing queued behind the leader, no group
+	// running and no call alone, nobody is about to arrive, so the leader
+	// does not wait the window: a caller whose calls come one at a time
+	// pays nothing for group commit, as PostgreSQL's commit_delay waits
+	// only with commit_siblings active. waitAlone makes a leader wait even
+	// then, for tests that gather a group of callers started together.
+	alone     atomic.Int64
+	waitAlone bool
 
 	// Counters for tests and for a curious operator with a debugger: how
 	// many group transactions ran, and how many calls they decided.
@@ -314,6 +323,9 @@ func (q *groupQueue[Req, Res]) lead() {
 			return
 		}
 		wait := q.window - time.Since(q.pending[0].queued)
+		if len(q.pending) == 1 && q.running == 0 && q.alone.Load() == 0 && !q.waitAlone {
+			wait = 0
+		}
 		full := len(q.pending) >= q.max
 		slot := q.running < groupsInFlight
 		if (wait <= 0 || full) && slot {

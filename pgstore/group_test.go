@@ -44,10 +44,12 @@ func groupTestStore(t *testing.T, opts ...Option) (*Store, context.Context) {
 	return s, ctx
 }
 
-// fixGroups makes the next group of each queue take exactly n calls.
+// fixGroups makes the next group of each queue take exactly n calls,
+// however the callers' arrivals interleave.
 func fixGroups(s *Store, n int) {
 	s.groups.deliveries.window, s.groups.deliveries.max = time.Minute, n
 	s.groups.entries.window, s.groups.entries.max = time.Minute, n
+	s.groups.deliveries.waitAlone, s.groups.entries.waitAlone = true, true
 }
 
 // queued waits until q holds n requests waiting for a group.
@@ -487,4 +489,37 @@ func TestGroupCommitOneFailingCallFailsNoOther(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, d.State, string(id))
 	}
+}
+
+// TestGroupLoneCallerDoesNotWait: with nothing else in flight a leader
+// has nobody to wait for, so even a window of a minute costs a caller
+// whose calls come one at a time nothing. The deadline only turns a wait
+// into a failure; no call takes near it. Every call runs alone.
+func TestGroupLoneCallerDoesNotWait(t *testing.T) {
+	const n = 5
+	s, ctx := groupTestStore(t)
+	owner := ledger.Owner{Agent: "agent", Incarnation: "boot"}
+	reqs := make([]ledger.EnqueueRequest, n)
+	for i := range reqs {
+		reqs[i] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d%d", i)), Target: "h"}
+	}
+	_, err := s.EnqueueBatch(ctx, reqs, groupT0)
+	require.NoError(t, err)
+	lr, err := s.Lease(ctx, ledger.LeaseFilter{}, owner, groupT0, time.Hour, n)
+	require.NoError(t, err)
+	require.Len(t, lr.Leased, n)
+	s.groups.deliveries.window = time.Minute
+
+	callCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for _, ld := range lr.Leased {
+		r, err := s.Acknowledge(callCtx, ld.Lease, "seen", groupT0)
+		require.NoError(t, err)
+		require.Equal(t, ledger.OutcomeApplied, r.Outcome)
+		r, err = s.MarkProcessed(callCtx, ld.Delivery.ID, owner, nil, "done", groupT0)
+		require.NoError(t, err)
+		require.Equal(t, ledger.OutcomeApplied, r.Outcome)
+	}
+	require.Zero(t, s.groups.deliveries.groupsRun.Load())
+	require.Zero(t, s.groups.deliveries.alone.Load(), "every call alone has ended")
 }

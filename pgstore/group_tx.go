@@ -81,6 +81,8 @@ func (s *Store) complete(ctx context.Context, c deliveryCompletion) (ledger.Deli
 			}
 			return res, nil
 		}
+		s.groups.deliveries.alone.Add(1)
+		defer s.groups.deliveries.alone.Add(-1)
 	}
 	return s.transitionAlone(ctx, c)
 }
@@ -96,6 +98,8 @@ func (o *Outbox) completeClaim(ctx context.Context, op string, h how, claim ledg
 			}
 			return res, nil
 		}
+		s.groups.entries.alone.Add(1)
+		defer s.groups.entries.alone.Add(-1)
 	}
 	return o.completeClaimAlone(ctx, op, h, claim, apply)
 }
