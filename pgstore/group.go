@@ -33,7 +33,8 @@ import (
 // A group of one request is not run as a group: its caller runs the call
 // on the ordinary path, in a transaction of its own under its own
 // context, so a lone caller sees exactly what it would without group
-// commit, after the window it waited.
+// commit, after the window it waited (none when nothing else was in
+// flight: see groupQueue.alone).
 
 // DefaultGroupCommitWindow is how long a group waits for company, from
 // the arrival of its oldest request, unless WithGroupCommitWindow says
@@ -77,7 +78,9 @@ func defaultGroupConfig() groupConfig {
 // MarkClaimDeadLettered, ReleaseClaim and SaveClaim share its Outbox's.
 // A commit, flushed to disk, is what a single-record call mostly waits
 // for, so many callers sharing one do many times the calls per second,
-// on fewer connections; a lone caller waits up to the window more.
+// on fewer connections. A leader waits the window only while another
+// call is in flight, so a caller whose calls come one at a time waits
+// nothing more.
 //
 // Each call still gets its own outcome and the record as it stands,
 // exactly as it would alone: the group locks its records in ID order
