@@ -41,26 +41,39 @@ var explainT0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
 // explainOwner holds the open leases of the fixture.
 var explainOwner = ledger.Owner{Agent: "agent-1", Incarnation: "boot-1"}
 
+// explainFixture builds the fixture of the EXPLAIN tests in a schema of
+// its own: explainTerminalRows terminal records in each table (and their
+// history when history is true), the open rows of insertOpenRows, and
+// fresh planner statistics.
+func explainFixture(ctx context.Context, t *testing.T, history bool) (*Store, *pgxpool.Pool, string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t, pool)
+	s, err := New(pool, WithSchema(schema), WithClock(func() time.Time { return explainT0 }),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+
+	insertTerminalDeliveries(ctx, t, pool, schema, explainTerminalRows, explainT0)
+	insertTerminalEntries(ctx, t, pool, schema, explainTerminalRows, explainT0)
+	if history {
+		insertTerminalHistory(ctx, t, pool, schema)
+	}
+	insertOpenRows(ctx, t, s)
+	for _, table := range []string{"deliveries", "outbox_entries", "delivery_history", "outbox_entry_history", "delivery_counts", "outbox_counts"} {
+		_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, table}.Sanitize())
+		require.NoError(t, err)
+	}
+	return s, pool, schema
+}
+
 func TestExplainHotQueriesUseIndexes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 200,000 rows; skipped under -short")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	s, err := New(pool, WithSchema(schema), WithClock(func() time.Time { return explainT0 }))
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(ctx))
-
-	insertTerminalDeliveries(ctx, t, pool, schema, explainTerminalRows, explainT0)
-	insertTerminalEntries(ctx, t, pool, schema, explainTerminalRows, explainT0)
-	insertTerminalHistory(ctx, t, pool, schema)
-	insertOpenRows(ctx, t, s)
-	for _, table := range []string{"deliveries", "outbox_entries", "delivery_history", "outbox_entry_history", "delivery_counts", "outbox_counts"} {
-		_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, table}.Sanitize())
-		require.NoError(t, err)
-	}
+	s, pool, schema := explainFixture(ctx, t, true)
 
 	q := s.q
 	now := explainT0.Add(time.Minute)
@@ -381,21 +394,8 @@ func TestExplainGroupStatementsUseIndexes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	pool := pgtest.Pool(t)
-	schema := pgtest.Schema(t, pool)
-	s, err := New(pool, WithSchema(schema), WithClock(func() time.Time { return explainT0 }),
-		WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(ctx))
+	s, pool, _ := explainFixture(ctx, t, false)
 	require.NotNil(t, s.groups, "group commit is on")
-
-	insertTerminalDeliveries(ctx, t, pool, schema, explainTerminalRows, explainT0)
-	insertTerminalEntries(ctx, t, pool, schema, explainTerminalRows, explainT0)
-	insertOpenRows(ctx, t, s)
-	for _, table := range []string{"deliveries", "outbox_entries"} {
-		_, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, table}.Sanitize())
-		require.NoError(t, err)
-	}
 
 	// A full group: open records, as the calls of a group name them, and
 	// ended ones, as late calls do.

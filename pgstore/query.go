@@ -97,6 +97,15 @@ const outboxGrantSet = `
 	updated_at = $1,
 	version = d.version + 1`
 
+// pairTokens closes a grant statement's picked CTE and pairs each picked
+// row with a token of $3, one each, in the granted CTE; the updated CTE
+// opens next.
+const pairTokens = `), granted AS (
+	SELECT p.*, t.token
+	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
+	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
+), updated AS (`
+
 // leaseTemplate is the lease statement: ledger.Delivery.Grant in SQL
 // (deliveryGrantSet) over up to $2 offerable rows of %[1]s matching %[2]s
 // in delivery order (offerableOrder), skipping rows other callers hold,
@@ -123,11 +132,7 @@ WITH picked AS (
 	ORDER BY ` + offerableOrder + `
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-), granted AS (
-	SELECT p.*, t.token
-	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
-	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
-), updated AS (
+` + pairTokens + `
 	UPDATE %[1]s AS d SET ` + deliveryGrantSet + `
 	FROM granted
 	WHERE d.id = granted.id
@@ -156,11 +161,7 @@ WITH picked AS (
 	ORDER BY %[3]s
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-), granted AS (
-	SELECT p.*, t.token
-	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
-	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
-), updated AS (
+` + pairTokens + `
 	UPDATE %[1]s AS d SET ` + outboxGrantSet + `
 	FROM granted
 	WHERE d.id = granted.id
