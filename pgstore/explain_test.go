@@ -38,8 +38,11 @@ const explainTerminalRows = 100_000
 // explainT0 is the fixed instant the data and the parameters are built from.
 var explainT0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// explainOwner holds the open leases of the fixture.
+// explainOwner holds the open leases of the fixture: explainHeldLeases
+// leased deliveries (see insertOpenRows).
 var explainOwner = ledger.Owner{Agent: "agent-1", Incarnation: "boot-1"}
+
+const explainHeldLeases = 60
 
 // explainFixture builds the fixture of the EXPLAIN tests in a schema of
 // its own: explainTerminalRows terminal records in each table (and their
@@ -143,6 +146,12 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 			})
 		})
 	}
+
+	// The incarnation rule's lookup reads none of the leases of the
+	// calling incarnation (see TestExplainReclaimWithManyLeasesHeld).
+	t.Run("LeaseReclaimReadsOnlyWhatItTakesBack", func(t *testing.T) {
+		checkReclaimReads(ctx, t, pool, q.reclaimable, explainOwner, explainHeldLeases)
+	})
 }
 
 // planNode is one node of an EXPLAIN (FORMAT JSON) plan tree.
@@ -152,6 +161,13 @@ type planNode struct {
 	IndexName    string     `json:"Index Name"`
 	IndexCond    string     `json:"Index Cond"`
 	Plans        []planNode `json:"Plans"`
+
+	// Set by EXPLAIN ANALYZE only: rows returned and rows read but
+	// dropped, per loop.
+	ActualRows       float64 `json:"Actual Rows"`
+	ActualLoops      float64 `json:"Actual Loops"`
+	RemovedByFilter  float64 `json:"Rows Removed by Filter"`
+	RemovedByRecheck float64 `json:"Rows Removed by Index Recheck"`
 }
 
 // String shows a node as "Index Scan deliveries_offerable_idx on

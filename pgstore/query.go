@@ -32,6 +32,9 @@ const (
 	offerableOrder = `available_at, id`
 	// expirableWhere mirrors ledger.Delivery.Expirable (a sweep: $3 is now).
 	expirableWhere = `((state = 'leased' AND lease_expires_at <= $3) OR (state = 'acknowledged' AND ack_deadline <= $3))`
+	// reclaimableWhere: the leases of agent $3 held by another incarnation
+	// than $4, which the incarnation rule takes back.
+	reclaimableWhere = `state = 'leased' AND lease_agent = $3 AND lease_incarnation <> $4`
 	// openWhere: every open state.
 	openWhere = `state IN ('offered', 'leased', 'acknowledged')`
 	// supersedableWhere mirrors ledger.Delivery.Supersedable.
@@ -252,7 +255,22 @@ func newQueries(schema string) *queries {
 			AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
 			ORDER BY id LIMIT $5`,
 		// The incarnation rule mirrors ledger.Delivery.HeldByOtherIncarnation.
-		reclaimable:  sweep(`state = 'leased' AND lease_agent = $3 AND lease_incarnation <> $4`),
+		// Every Lease runs it, and it must not read the leases the calling
+		// incarnation holds, or a Lease would pay for all of them to take
+		// back nothing. lease_incarnation <> $4 cannot bound an index scan,
+		// and the planner, left to choose, may read the agent's leases
+		// whole or even walk the primary key in id order; so the IDs are
+		// gathered first from the two ranges of deliveries_leased_idx on
+		// either side of $4, then looked up by primary key and locked in
+		// id order. The outer query repeats no condition, which the planner
+		// would serve from deliveries_leased_idx again: the sweep checks
+		// each locked record in Go (HeldByOtherIncarnation) anyway, and
+		// leaves one that changed meanwhile alone.
+		reclaimable: selectFrom(dcols, deliveries) + ` WHERE id = ANY(ARRAY(
+			SELECT id FROM ` + deliveries + ` WHERE ` + reclaimableWhere + ` AND lease_incarnation < $4 AND id > $1
+			UNION ALL
+			SELECT id FROM ` + deliveries + ` WHERE ` + reclaimableWhere + ` AND lease_incarnation > $4 AND id > $1
+		)) ORDER BY id LIMIT $2 FOR UPDATE`,
 		expirable:    sweep(expirableWhere),
 		ceremonyOpen: sweep(openWhere + ` AND ceremony = $3`),
 		supersedable: sweep(supersedableWhere + ` AND target = $3`),
