@@ -476,3 +476,42 @@ func runCallers(b *testing.B, call func() error) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
+
+// BenchmarkLeaseOffered1 and BenchmarkLeaseOffered100 lease offered
+// deliveries, never leased before, as one agent that keeps everything it
+// leased: a worker whose grants are still in hand when it asks for more.
+// Every call runs the incarnation rule's lookup among that agent's
+// leases, tens of thousands by the end of a run, which must read none of
+// them (see TestExplainReclaimWithManyLeasesHeld).
+func BenchmarkLeaseOffered1(b *testing.B)   { benchLeaseOffered(b, 1) }
+func BenchmarkLeaseOffered100(b *testing.B) { benchLeaseOffered(b, 100) }
+
+// benchLeaseOffered leases limit deliveries per op, enqueueing
+// benchLeasePool more, with the timer stopped, whenever fewer than limit
+// are left.
+func benchLeaseOffered(b *testing.B, limit int) {
+	s, _ := newBenchStore(b)
+	ctx := benchContext(b)
+	owner := ledger.Owner{Agent: "agent", Incarnation: "boot"}
+	now := benchT0.Add(time.Second)
+	left, enqueued := 0, 0
+	for b.Loop() {
+		if left < limit {
+			b.StopTimer()
+			enqueueN(ctx, b, s, "o", enqueued, benchLeasePool)
+			enqueued += benchLeasePool
+			left += benchLeasePool
+			analyze(ctx, b, s)
+			b.StartTimer()
+		}
+		r, err := s.Lease(ctx, ledger.LeaseFilter{}, owner, now, time.Hour, limit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(r.Leased) != limit {
+			b.Fatalf("leased %d of %d", len(r.Leased), limit)
+		}
+		left -= limit
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*limit), "ns/delivery")
+}
