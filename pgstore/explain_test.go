@@ -433,16 +433,15 @@ func TestExplainGroupStatementsUseIndexes(t *testing.T) {
 		}
 		return bt.statement(1 << (len(bt.names) - 1)), []any{ids, versions, next}
 	}
-	writeDeliveries, writeDeliveriesArgs := bump(s.groups.deliveryTable)
-	writeEntries, writeEntriesArgs := bump(s.groups.entryTable)
-	st := s.groups.stmts
+	writeDeliveries, writeDeliveriesArgs := bump(s.groups.deliveryRecords.table)
+	writeEntries, writeEntriesArgs := bump(s.groups.entryRecords.table)
 	cases := []struct {
 		name, sql string
 		args      []any
 		table     string
 	}{
-		{"LockDeliveries", st.lockDeliveries, []any{ids}, "deliveries"},
-		{"LockEntries", st.lockEntries, []any{ids}, "outbox_entries"},
+		{"LockDeliveries", s.groups.deliveryRecords.lock, []any{ids}, "deliveries"},
+		{"LockEntries", s.groups.entryRecords.lock, []any{ids}, "outbox_entries"},
 		{"WriteBackDeliveries", writeDeliveries, writeDeliveriesArgs, "deliveries"},
 		{"WriteBackEntries", writeEntries, writeEntriesArgs, "outbox_entries"},
 	}

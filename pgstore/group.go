@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaseledger/ledger"
@@ -154,8 +153,9 @@ type groups struct {
 	entries    *groupQueue[entryCompletion, ledger.OutboxResult]
 	stmts      groupStatements
 	pool       *pgxpool.Pool // what the group transactions run on
-	// The bulk write-backs (group_bulk.go).
-	deliveryTable, entryTable *bulkTable
+	// How a group reads and writes each kind of record (group_tx.go).
+	deliveryRecords *recordKind[ledger.Delivery]
+	entryRecords    *recordKind[ledger.OutboxEntry]
 }
 
 // newGroups returns the queues of s, or nil with group commit off. The
@@ -167,12 +167,11 @@ func newGroups(s *Store) *groups {
 	if c.off || !ok {
 		return nil
 	}
-	schema := pgx.Identifier{s.cfg.schema}.Sanitize()
 	g := &groups{
-		pool:          pool,
-		stmts:         newGroupStatements(s.cfg.schema, s.q),
-		deliveryTable: newBulkTable(schema+".deliveries", (&deliveryRow{}).columns()),
-		entryTable:    newBulkTable(schema+".outbox_entries", (&outboxRow{}).columns()),
+		pool:            pool,
+		stmts:           newGroupStatements(s.cfg.schema),
+		deliveryRecords: newDeliveryRecords(s.cfg.schema, s.q),
+		entryRecords:    newEntryRecords(s.cfg.schema, s.q),
 	}
 	g.deliveries = newGroupQueue(c, func(ctx context.Context, ms []*groupMember[deliveryCompletion, ledger.DeliveryResult]) {
 		s.runDeliveryGroup(ctx, ms)

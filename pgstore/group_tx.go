@@ -41,9 +41,9 @@ type entryCompletion struct {
 	apply claimApply
 }
 
-// groupStatements are the group transactions' statements, built once.
+// groupStatements are the group transactions' fence statements, built
+// once.
 type groupStatements struct {
-	lockDeliveries, lockEntries string
 	// ensureFences creates the fence rows of $1 that are missing,
 	// returning the targets it created; lockFences locks the rows of $1
 	// in target order; setFences writes highest $2 to the targets $1;
@@ -52,13 +52,9 @@ type groupStatements struct {
 	ensureFences, lockFences, setFences, dropFences string
 }
 
-func newGroupStatements(schema string, q *queries) groupStatements {
+func newGroupStatements(schema string) groupStatements {
 	fences := pgx.Identifier{schema}.Sanitize() + ".target_fences"
 	return groupStatements{
-		// ORDER BY before FOR UPDATE: PostgreSQL sorts first and locks
-		// in that order, ID order, as every sweep does.
-		lockDeliveries: q.deliveriesByID + " ORDER BY id FOR UPDATE",
-		lockEntries:    q.entriesByID + " ORDER BY id FOR UPDATE",
 		ensureFences: "INSERT INTO " + fences + " (target) SELECT t FROM unnest($1::text[]) AS u(t) ORDER BY t" +
 			" ON CONFLICT (target) DO NOTHING RETURNING target",
 		lockFences: "SELECT target, highest FROM " + fences + " WHERE target = ANY($1::text[]) ORDER BY target FOR UPDATE",
@@ -267,27 +263,19 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 		for i, m := range ms {
 			ids[i] = string(m.req.id)
 		}
-		shared := repeated(ids)
-		read := map[string][]column{}
-		records := map[ledger.DeliveryID]ledger.Delivery{}
-		if err := c.lock(ctx, st.lockDeliveries, ids, func(rows pgx.Rows) error {
-			r := new(deliveryRow)
-			d, err := scanRow(rows, r, read, r.delivery)
-			records[d.ID] = d
-			return err
-		}); err != nil {
+		records, err := lockRecords(ctx, c, s.groups.deliveryRecords, ids)
+		if err != nil {
 			return nil, err
 		}
-		fences, created, err := s.lockGroupFences(ctx, c.Conn, ms, records)
+		fences, created, err := s.lockGroupFences(ctx, c.Conn, ms, records.byID)
 		if err != nil {
 			return nil, err
 		}
 		fencesRead := maps.Clone(fences)
 
-		var changes []deliveryChange
 		for i, m := range ms {
 			c := m.req
-			d, ok := records[c.id]
+			d, ok := records.byID[ids[i]]
 			if !ok {
 				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
 				continue
@@ -298,39 +286,22 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 			}
 			next, outcome := c.step(d, highest)
 			if outcome != ledger.OutcomeApplied {
-				results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: cloneIf(shared[string(c.id)], d, ledger.Delivery.Clone)}
+				results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: records.result(ids[i], d)}
 				continue
 			}
-			changes = append(changes, changeOf(c.h, d, next))
-			records[c.id] = next
 			if c.fence != nil {
 				fences[string(d.Target)] = ledger.RaiseFence(highest, c.fence)
 			}
-			results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: cloneIf(shared[string(c.id)], next, ledger.Delivery.Clone)}
+			results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: records.apply(changeOf(c.h, d, next))}
 		}
-		if len(changes) == 0 {
+		if len(records.changes) == 0 {
 			return nil, nil // rolled back: also the fence rows it created
 		}
 		w := &groupWrites{b: &pgx.Batch{}, counts: &pgx.Batch{}}
 		queueFenceWrites(w.b, st, fencesRead, fences, created)
-		var hist historyRows
-		counts := deliveryCounts{}
-		bulk := newBulkWrite(s.groups.deliveryTable, read, func(d ledger.Delivery) ([]column, error) {
-			r, err := newDeliveryRow(d)
-			return r.columns(), err
-		})
-		for _, c := range changes {
-			if !s.cfg.noHistory {
-				hist.add(string(c.after.ID), c.t)
-			}
-			counts.change(&c.before, &c.after)
-			bulk.change(string(c.after.ID), c.after)
-		}
-		if err := bulk.queueChecked(w); err != nil {
+		if err := queueWrites(s, records, deliveryCounts{}, w); err != nil {
 			return nil, err
 		}
-		hist.queue(w.b, s.q.insertDeliveryHistory)
-		counts.queue(w.counts, s.q, false)
 		return w, nil
 	})
 	if ok {
@@ -340,54 +311,15 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 	}
 }
 
-// repeated returns the IDs that occur more than once in ids: the records
-// that several calls of a group share, whose results must not share
-// memory (a state machine step keeps what it does not change).
-func repeated(ids []string) map[string]bool {
-	seen := make(map[string]bool, len(ids))
-	var out map[string]bool
-	for _, id := range ids {
-		if seen[id] {
-			if out == nil {
-				out = map[string]bool{}
-			}
-			out[id] = true
-		}
-		seen[id] = true
-	}
-	return out
-}
-
-// cloneIf returns clone(r) when shared, else r: a record read by the
-// group and changed by one call only belongs to that call's result.
-func cloneIf[R any](shared bool, r R, clone func(R) R) R {
-	if shared {
-		return clone(r)
-	}
-	return r
-}
-
-// scanRow scans the current row of rows into r, keeps its columns in
-// read by ID, for the write-back to compare with, and returns its record.
-func scanRow[R any](rows pgx.Rows, r interface{ columns() []column }, read map[string][]column, record func() R) (R, error) {
-	cols := r.columns()
-	if err := rows.Scan(pointers(cols)...); err != nil {
-		var zero R
-		return zero, err
-	}
-	read[*cols[0].ptr.(*string)] = cols
-	return record(), nil
-}
-
 // lockGroupFences creates the missing fence rows of the targets of the
 // fenced calls whose delivery exists and locks them all, in target
 // order, in one round trip. It returns each target's highest fence and
 // the targets whose rows it created.
 func (s *Store) lockGroupFences(ctx context.Context, conn *pgx.Conn, ms []*groupMember[deliveryCompletion, ledger.DeliveryResult],
-	records map[ledger.DeliveryID]ledger.Delivery) (_ map[string]*ledger.Fence, _ map[string]bool, err error) {
+	records map[string]ledger.Delivery) (_ map[string]*ledger.Fence, _ map[string]bool, err error) {
 	var targets []string
 	for _, m := range ms {
-		if d, ok := records[m.req.id]; ok && m.req.fence != nil {
+		if d, ok := records[string(m.req.id)]; ok && m.req.fence != nil {
 			targets = append(targets, string(d.Target))
 		}
 	}
@@ -466,63 +398,37 @@ func queueFenceWrites(b *pgx.Batch, st *groupStatements, read, now map[string]*l
 // entries in ID order, apply each call in arrival order, stamped with the
 // store's clock, and write the changes back.
 func (s *Store) runEntryGroup(ctx context.Context, ms []*groupMember[entryCompletion, ledger.OutboxResult]) {
-	st := &s.groups.stmts
 	results := make([]ledger.OutboxResult, len(ms))
 	ok := runGroup(ctx, s, ms, func(c *groupConn) (*groupWrites, error) {
 		ids := make([]string, len(ms))
 		for i, m := range ms {
 			ids[i] = string(m.req.id)
 		}
-		shared := repeated(ids)
-		read := map[string][]column{}
-		records := map[ledger.OutboxEntryID]ledger.OutboxEntry{}
-		if err := c.lock(ctx, st.lockEntries, ids, func(rows pgx.Rows) error {
-			r := new(outboxRow)
-			e, err := scanRow(rows, r, read, r.entry)
-			records[e.ID] = e
-			return err
-		}); err != nil {
+		records, err := lockRecords(ctx, c, s.groups.entryRecords, ids)
+		if err != nil {
 			return nil, err
 		}
-		var changes []entryChange
 		for i, m := range ms {
 			c := m.req
-			e, ok := records[c.id]
+			e, ok := records.byID[ids[i]]
 			if !ok {
 				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}
 				continue
 			}
 			next, outcome := c.apply(e, ledger.Normalize(s.cfg.clock()))
 			if outcome != ledger.OutcomeApplied {
-				results[i] = ledger.OutboxResult{Outcome: outcome, Entry: cloneIf(shared[string(c.id)], e, ledger.OutboxEntry.Clone)}
+				results[i] = ledger.OutboxResult{Outcome: outcome, Entry: records.result(ids[i], e)}
 				continue
 			}
-			changes = append(changes, entryChangeOf(c.h, e, next))
-			records[c.id] = next
-			results[i] = ledger.OutboxResult{Outcome: outcome, Entry: cloneIf(shared[string(c.id)], next, ledger.OutboxEntry.Clone)}
+			results[i] = ledger.OutboxResult{Outcome: outcome, Entry: records.apply(entryChangeOf(c.h, e, next))}
 		}
-		if len(changes) == 0 {
+		if len(records.changes) == 0 {
 			return nil, nil
 		}
 		w := &groupWrites{b: &pgx.Batch{}, counts: &pgx.Batch{}}
-		var hist historyRows
-		counts := outboxCounts{}
-		bulk := newBulkWrite(s.groups.entryTable, read, func(e ledger.OutboxEntry) ([]column, error) {
-			r, err := newOutboxRow(e)
-			return r.columns(), err
-		})
-		for _, c := range changes {
-			if !s.cfg.noHistory {
-				hist.add(string(c.after.ID), c.t)
-			}
-			counts.change(&c.before, &c.after)
-			bulk.change(string(c.after.ID), c.after)
-		}
-		if err := bulk.queueChecked(w); err != nil {
+		if err := queueWrites(s, records, outboxCounts{}, w); err != nil {
 			return nil, err
 		}
-		hist.queue(w.b, s.q.insertEntryHistory)
-		counts.queue(w.counts, s.q, false)
 		return w, nil
 	})
 	if ok {

@@ -46,11 +46,15 @@ type how struct {
 	reason *string
 }
 
-// deliveryChange is one applied transition of a delivery.
-type deliveryChange struct {
-	before, after ledger.Delivery
+// change is one applied transition of a record (a delivery or an outbox
+// entry): the record before and after it, and its history entry.
+type change[R any] struct {
+	before, after R
 	t             ledger.Transition
 }
+
+// deliveryChange is one applied transition of a delivery.
+type deliveryChange = change[ledger.Delivery]
 
 // changeOf describes the change of a delivery from before to after made
 // by h. Seq is the version after the change: every applied transition
@@ -73,10 +77,7 @@ func creationOf(d ledger.Delivery) ledger.Transition {
 }
 
 // entryChange is one applied transition of an outbox entry.
-type entryChange struct {
-	before, after ledger.OutboxEntry
-	t             ledger.Transition
-}
+type entryChange = change[ledger.OutboxEntry]
 
 // entryChangeOf is changeOf for outbox entries.
 func entryChangeOf(h how, before, after ledger.OutboxEntry) entryChange {
