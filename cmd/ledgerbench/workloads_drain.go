@@ -38,45 +38,18 @@ func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 	if err := e.analyze(ctx, st, false); err != nil {
 		return err
 	}
-	fanout := e.cfg.completeFanout()
-	ph := e.prog.begin(fmt.Sprintf("%s: lease, acknowledge, processed (fanout %d)", w, fanout), n)
-	var processed atomic.Int64
-	start := time.Now()
-	err = runWorkers(ctx, e.cfg.workers, func(ctx context.Context, wk int) error {
-		for {
+	rate, err := drain(ctx, e, string(w)+": lease, acknowledge, processed", n,
+		func(ctx context.Context, wk int) ([]ledger.LeasedDelivery, error) {
 			r, err := st.ledger.Lease(ctx, ledger.LeaseFilter{}, owner(wk), time.Now(), leaseDuration, e.cfg.batch)
-			if err != nil {
-				return err
-			}
-			// Everything was available from the start and nothing
-			// fails, so an empty lease means every item is taken.
-			if len(r.Leased) == 0 {
-				return nil
-			}
-			err = forEach(ctx, len(r.Leased), fanout, func(ctx context.Context, i int) error {
-				if err := complete(ctx, st.ledger, r.Leased[i].Lease); err != nil {
-					return err
-				}
-				processed.Add(1)
-				ph.add(1)
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-	})
-	elapsed := time.Since(start)
-	ph.end()
+			return r.Leased, err
+		},
+		func(ctx context.Context, l ledger.LeasedDelivery) error { return complete(ctx, st.ledger, l.Lease) })
 	if err != nil {
 		return err
 	}
-	if got := int(processed.Load()); got != n {
-		return fmt.Errorf("processed %d of %d enqueued items", got, n)
-	}
 	rep.add(w, "items enqueued and processed", float64(n), "items", "", nil)
 	rep.add(w, "enqueue (EnqueueBatch)", enqueueRate, "items/s", ceilingRows, nil)
-	rep.add(w, "drain: lease, acknowledge, processed", float64(n)/elapsed.Seconds(), "items/s", ceilingRows,
+	rep.add(w, "drain: lease, acknowledge, processed", rate, "items/s", ceilingRows,
 		atLeastCeiling(0.12, ceilingRows).when(e.cfg.workers == drainTarget, "at 8 workers"))
 	return nil
 }
@@ -98,26 +71,50 @@ func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 	if err := e.analyze(ctx, st, false); err != nil {
 		return err
 	}
-	fanout := e.cfg.completeFanout()
-	ph := e.prog.begin(fmt.Sprintf("%s: claim, delivered (fanout %d)", w, fanout), n)
-	var delivered atomic.Int64
-	start := time.Now()
-	err = runWorkers(ctx, e.cfg.workers, func(ctx context.Context, wk int) error {
-		for {
-			cs, err := st.outbox.ClaimPending(ctx, ledger.ClaimRequest{
+	rate, err := drain(ctx, e, string(w)+": claim, delivered", n,
+		func(ctx context.Context, wk int) ([]ledger.ClaimedEntry, error) {
+			return st.outbox.ClaimPending(ctx, ledger.ClaimRequest{
 				Worker: fmt.Sprintf("bench-worker-%d", wk), Now: time.Now(), LeaseDuration: leaseDuration, Limit: e.cfg.batch,
 			})
+		},
+		func(ctx context.Context, c ledger.ClaimedEntry) error { return deliver(ctx, st.outbox, c.Claim) })
+	if err != nil {
+		return err
+	}
+	rep.add(w, "entries enqueued and delivered", float64(n), "items", "", nil)
+	rep.add(w, "enqueue (EnqueueBatch)", enqueueRate, "items/s", ceilingRows, nil)
+	rep.add(w, "drain: claim, delivered", rate, "items/s", ceilingRows,
+		atLeastCeiling(0.20, ceilingRows).when(e.cfg.workers == drainTarget, "at 8 workers"))
+	return nil
+}
+
+// drain is the timed part of a drain workload: -workers goroutines each
+// take a batch (an empty one: the backlog is gone) and finish every item
+// of it, -fanout at once, then take the next. It returns the items/s from
+// the first take to the last finish, and fails unless n items were
+// finished.
+func drain[T any](ctx context.Context, e *env, label string, n int,
+	take func(ctx context.Context, worker int) ([]T, error), finish func(ctx context.Context, item T) error) (float64, error) {
+	fanout := e.cfg.completeFanout()
+	ph := e.prog.begin(fmt.Sprintf("%s (fanout %d)", label, fanout), n)
+	var finished atomic.Int64
+	start := time.Now()
+	err := runWorkers(ctx, e.cfg.workers, func(ctx context.Context, wk int) error {
+		for {
+			batch, err := take(ctx, wk)
 			if err != nil {
 				return err
 			}
-			if len(cs) == 0 {
+			// Everything was available from the start and nothing
+			// fails, so an empty batch means every item is taken.
+			if len(batch) == 0 {
 				return nil
 			}
-			err = forEach(ctx, len(cs), fanout, func(ctx context.Context, i int) error {
-				if err := deliver(ctx, st.outbox, cs[i].Claim); err != nil {
+			err = forEach(ctx, len(batch), fanout, func(ctx context.Context, i int) error {
+				if err := finish(ctx, batch[i]); err != nil {
 					return err
 				}
-				delivered.Add(1)
+				finished.Add(1)
 				ph.add(1)
 				return nil
 			})
@@ -129,16 +126,12 @@ func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 	elapsed := time.Since(start)
 	ph.end()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if got := int(delivered.Load()); got != n {
-		return fmt.Errorf("delivered %d of %d enqueued entries", got, n)
+	if got := int(finished.Load()); got != n {
+		return 0, fmt.Errorf("%s: finished %d of %d enqueued items", label, got, n)
 	}
-	rep.add(w, "entries enqueued and delivered", float64(n), "items", "", nil)
-	rep.add(w, "enqueue (EnqueueBatch)", enqueueRate, "items/s", ceilingRows, nil)
-	rep.add(w, "drain: claim, delivered", float64(n)/elapsed.Seconds(), "items/s", ceilingRows,
-		atLeastCeiling(0.20, ceilingRows).when(e.cfg.workers == drainTarget, "at 8 workers"))
-	return nil
+	return float64(n) / elapsed.Seconds(), nil
 }
 
 // completions measures per-item completion calls alone: -items are
