@@ -132,9 +132,8 @@
 // has its row. Store.History and Outbox.EntryHistory read them (see
 // ledger.Historian); a purge deletes them with their record. The rows are
 // queued with the statements that write the records back, so a
-// single-record transition costs no extra round trip; an enqueue writes its
-// row in the same statement as the record; Lease and the claims, one
-// UPDATE each, add one round trip for the rows of everything they granted.
+// single-record transition costs no extra round trip; an enqueue, a Lease
+// and a claim write theirs in the same statement as the records.
 // WithoutHistory turns recording off.
 //
 // Store.Stats and Outbox.OutboxStats (see ledger.StatsReporter) count open
@@ -161,4 +160,15 @@
 // guards, and claims do not make provider delivery exactly-once. The
 // caller's clock is trusted: workers with skewed clocks see leases expire
 // at their own times.
+//
+// What a call reads grows with the work in hand, not with the table. A
+// Lease reads the offerable rows it skips (held by concurrent callers) and
+// the leases its agent's other incarnations hold, never the leases of its
+// own incarnation. A claim of pending entries also reads the pending
+// entries ahead of it whose claims are still in force: a claim changes no
+// indexed column, so it is a HOT update that writes no index entry, and
+// the claimed entry keeps its place in the pending index. That is cheap
+// while the claims in force number what the workers hold in hand (a few
+// batches); a host that keeps many thousands of claims open for long pays
+// for reading past them on every claim.
 package pgstore
