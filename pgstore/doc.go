@@ -166,7 +166,8 @@
 // the leases its agent's other incarnations hold, never the leases of its
 // own incarnation. A claim of pending entries also reads the pending
 // entries ahead of it whose claims are still in force: a claim changes no
-// indexed column, so it is a HOT update that writes no index entry, and
+// indexed column, so it is a HOT update that writes no index entry (the
+// table's fillfactor of 80 leaves its page room for the new version), and
 // the claimed entry keeps its place in the pending index. That is cheap
 // while the claims in force number what the workers hold in hand (a few
 // batches); a host that keeps many thousands of claims open for long pays
