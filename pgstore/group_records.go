@@ -32,6 +32,7 @@ type recordKind[R any] struct {
 // sweep does: PostgreSQL sorts before it locks.
 const lockOrder = " ORDER BY id FOR UPDATE"
 
+// newDeliveryRecords is recordKind for the deliveries of schema.
 func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] {
 	return &recordKind[ledger.Delivery]{
 		lock: q.deliveriesByID + lockOrder,
@@ -50,6 +51,7 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 	}
 }
 
+// newEntryRecords is recordKind for the outbox entries of schema.
 func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] {
 	return &recordKind[ledger.OutboxEntry]{
 		lock: q.entriesByID + lockOrder,
