@@ -153,7 +153,7 @@ type groups struct {
 	entries    *groupQueue[entryCompletion, ledger.OutboxResult]
 	stmts      groupStatements
 	pool       *pgxpool.Pool // what the group transactions run on
-	// How a group reads and writes each kind of record (group_tx.go).
+	// How a group reads and writes each kind of record (group_records.go).
 	deliveryRecords *recordKind[ledger.Delivery]
 	entryRecords    *recordKind[ledger.OutboxEntry]
 }
