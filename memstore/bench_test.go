@@ -265,6 +265,61 @@ func BenchmarkClaimCycle(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimInForceAhead claims ten pending entries and marks them
+// delivered per op, behind 0 or 10,000 older entries whose claims are in
+// force: ClaimPending walks past those (see its godoc), so the op costs
+// more with every one of them.
+func BenchmarkClaimInForceAhead(b *testing.B) {
+	const perOp, pool = 10, 10_000
+	for _, ahead := range []int{0, 10_000} {
+		b.Run(fmt.Sprintf("%dk", ahead/1000), func(b *testing.B) {
+			ctx := context.Background()
+			o := memstore.NewOutbox(memstore.WithClock(func() time.Time { return t0 }))
+			enqueued := 0
+			enqueue := func(n int) {
+				b.Helper()
+				envs := make([]ledger.Envelope, 0, ledger.MaxLimit)
+				for ; n > 0; n-- {
+					envs = append(envs, ledger.Envelope{Provider: "p", Kind: "k", Payload: benchPayload, IdempotencyKey: fmt.Sprintf("key-%08d", enqueued)})
+					enqueued++
+					if len(envs) == cap(envs) || n == 1 {
+						if _, err := o.EnqueueBatch(ctx, envs); err != nil {
+							b.Fatal(err)
+						}
+						envs = envs[:0]
+					}
+				}
+			}
+			enqueue(ahead)
+			for held := 0; held < ahead; held += ledger.MaxLimit {
+				cs, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "holder", Now: t0, LeaseDuration: time.Hour, Limit: ledger.MaxLimit})
+				if err != nil || len(cs) != ledger.MaxLimit {
+					b.Fatal(err, len(cs))
+				}
+			}
+			left := 0
+			for b.Loop() {
+				if left < perOp {
+					b.StopTimer()
+					enqueue(pool)
+					left += pool
+					b.StartTimer()
+				}
+				cs, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: t0, LeaseDuration: time.Minute, Limit: perOp})
+				if err != nil || len(cs) != perOp {
+					b.Fatal(err, len(cs))
+				}
+				for _, c := range cs {
+					if r, err := o.MarkClaimDelivered(ctx, c.Claim, ledger.EmissionResult{ProviderRef: "ref"}); err != nil || !r.Applied() {
+						b.Fatal(err, r.Outcome)
+					}
+				}
+				left -= perOp
+			}
+		})
+	}
+}
+
 // BenchmarkLeaseOpen leases and releases one delivery out of n open ones:
 // the cost must grow with log n, not n.
 func BenchmarkLeaseOpen(b *testing.B) {
