@@ -285,7 +285,7 @@ func FuzzValidateSave(f *testing.F) {
 		err := ValidateSave(in)
 		scheduled := status == "retry_scheduled" || status == "deferred"
 		known := scheduled || status == "pending" || status == "delivered" || status == "failed" || status == "dead_lettered"
-		ok := fuzzNameOK(id) && known && (!scheduled || fuzzDueOK(in.NextAttemptAt)) && attempts >= 0 && version >= 1 &&
+		ok := fuzzNameOK(id) && known && (!scheduled || fuzzDueOK(in.NextAttemptAt)) && attempts >= 0 &&
 			(!hasErr || ((errCode == "" || fuzzNameOK(errCode)) && fuzzTextOK(errMsg))) &&
 			(!hasResult || ((ref == "" || fuzzNameOK(ref)) && fuzzTextOK(detail))) && fuzzTextOK(deadLetter)
 		if ok != (err == nil) {

@@ -128,9 +128,10 @@ func ValidateLeaseArg(l Lease) error {
 	if err := ValidateName("lease token", string(l.Token)); err != nil {
 		return err
 	}
-	if l.Seq < 1 {
-		return invalid("lease seq", "must be positive")
-	}
+	// Seq is not checked: a seq no grant has (zero, negative, or one the
+	// record never reached) is a lease that does not match, and the call
+	// answers LeaseLost (or Ended), as for any other stale lease.
+	//
 	// The owner is not read (the token decides), but text crossing the API
 	// is checked wherever it appears.
 	return first(validateOptionalName("lease owner agent", l.Owner.Agent), validateOptionalName("lease owner incarnation", l.Owner.Incarnation))
@@ -144,9 +145,8 @@ func ValidateClaimArg(c Claim) error {
 	if err := ValidateName("claim token", string(c.Token)); err != nil {
 		return err
 	}
-	if c.Seq < 1 {
-		return invalid("claim seq", "must be positive")
-	}
+	// Seq is not checked, as in ValidateLeaseArg: a seq no claim has is a
+	// claim that does not match (LeaseLost or Ended).
 	return validateOptionalName("claim worker", c.Worker)
 }
 
@@ -346,12 +346,10 @@ func ClampPast(t time.Time) time.Time {
 	return Normalize(t)
 }
 
-// ValidateSave checks the entry given to Save, whose Version must be a
-// real one because Save compares it.
+// ValidateSave checks the entry given to Save. Its Version is not
+// checked: a version the entry never had (zero, say, from an entry built
+// by hand) is a stale one, which Save answers with ErrConflict.
 func ValidateSave(e OutboxEntry) error {
-	if e.Version < 1 {
-		return first(ValidateName("id", string(e.ID)), invalid("version", "must be positive"))
-	}
 	return validateEntryFields(e)
 }
 

@@ -52,7 +52,6 @@ func TestValidateOperations(t *testing.T) {
 		"lease empty owner":      ValidateLease(LeaseFilter{}, Owner{}, t0, time.Minute, 1),
 		"lease bad target":       ValidateLease(LeaseFilter{Targets: []Target{""}}, ownerA, t0, time.Minute, 1),
 		"ack empty token":        ValidateAcknowledge(Lease{DeliveryID: "d1", Seq: 1}, "", t0),
-		"ack zero seq":           ValidateAcknowledge(Lease{DeliveryID: "d1", Token: "t"}, "", t0),
 		"processed neg fence":    ValidateMarkProcessed("d1", ownerA, FenceOf(-1), "a", t0),
 		"processed empty action": ValidateMarkProcessed("d1", ownerA, nil, "", t0),
 		"activation result":      ValidateRecordActivation("d1", Activation{Result: "nope"}, t0),

@@ -210,6 +210,10 @@ func testClaimCompletion(t *testing.T, newStore NewClaimStoreFunc, cc claimCompl
 	}{
 		{"WrongTokenIsLeaseLost", func(c *ledger.Claim) { c.Token = "not-the-token" }},
 		{"WrongSeqIsLeaseLost", func(c *ledger.Claim) { c.Seq++ }},
+		// A seq no claim has is a claim that does not match, not bad input.
+		{"ZeroSeqIsLeaseLost", func(c *ledger.Claim) { c.Seq = 0 }},
+		{"NegativeSeqIsLeaseLost", func(c *ledger.Claim) { c.Seq = -1 }},
+		{"HandMadeClaimIsLeaseLost", func(c *ledger.Claim) { *c = ledger.Claim{EntryID: c.EntryID, Token: "guess"} }},
 	} {
 		claimRun(t, cc.name+"/"+bad.name, newStore, func(t *testing.T, s ledger.ClaimStore) {
 			ce := claimNew(t, s, "order-1", claimT0)

@@ -80,6 +80,21 @@ func testOutboxSave(t *testing.T, newStore NewClaimStoreFunc) {
 		claimRequireStored(t, s, e)
 	})
 
+	// A version the entry never had, zero from an entry built by hand or
+	// negative, is a stale one, not bad input.
+	claimRun(t, "VersionNeverHeldIsConflict", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		e := claimEnqueue(t, s, "order-1")
+		for _, v := range []int64{0, -1} {
+			in := e.Clone()
+			in.Version = v
+			in.Status = ledger.OutboxStatusDelivered
+			_, err := s.Save(t.Context(), in)
+			require.ErrorIs(t, err, ledger.ErrConflict, "version %d", v)
+			require.NotErrorIs(t, err, ledger.ErrInvalid, "version %d", v)
+			claimRequireStored(t, s, e)
+		}
+	})
+
 	claimRun(t, "EndedEntryIsConflict", newStore, func(t *testing.T, s ledger.ClaimStore) {
 		e := claimEnqueue(t, s, "order-1")
 		ended, err := s.MarkDelivered(t.Context(), e.ID, ledger.EmissionResult{ProviderRef: "ref"})

@@ -151,7 +151,7 @@ func claimBadEmissionResults(call func(ctx context.Context, f claimFixture, r le
 
 // claimBadEntries returns the cases for Save and SaveClaim: the fixture's
 // claimed entry, well-formed but for one field.
-func claimBadEntries(withVersion bool, call func(ctx context.Context, f claimFixture, e ledger.OutboxEntry) error) []claimBadCase {
+func claimBadEntries(call func(ctx context.Context, f claimFixture, e ledger.OutboxEntry) error) []claimBadCase {
 	with := func(change func(*ledger.OutboxEntry, string)) func(ctx context.Context, f claimFixture, v string) error {
 		return func(ctx context.Context, f claimFixture, v string) error {
 			e := f.claimed.Clone()
@@ -177,10 +177,6 @@ func claimBadEntries(withVersion bool, call func(ctx context.Context, f claimFix
 	}
 	out = append(out, claimBadEach("Attempts", []claimBadValue{{"Negative", ""}},
 		with(func(e *ledger.OutboxEntry, _ string) { e.Attempts = -1 }))...)
-	if withVersion {
-		out = append(out, claimBadEach("Version", []claimBadValue{{"Zero", ""}},
-			with(func(e *ledger.OutboxEntry, _ string) { e.Version = 0 }))...)
-	}
 	out = append(out, claimBadEmissionErrors(func(ctx context.Context, f claimFixture, ee ledger.EmissionError) error {
 		return with(func(e *ledger.OutboxEntry, _ string) { e.LastError = &ee })(ctx, f, "")
 	})...)
@@ -201,9 +197,7 @@ func claimBadClaims(call func(ctx context.Context, f claimFixture, c ledger.Clai
 		}
 	}
 	out := claimBadEach("ClaimEntryID", claimBadNames, with(func(c *ledger.Claim, v string) { c.EntryID = ledger.OutboxEntryID(v) }))
-	out = append(out, claimBadEach("ClaimToken", claimBadNames, with(func(c *ledger.Claim, v string) { c.Token = ledger.Token(v) }))...)
-	out = append(out, claimBadEach("ClaimSeq", []claimBadValue{{"Zero", ""}}, with(func(c *ledger.Claim, _ string) { c.Seq = 0 }))...)
-	return append(out, claimBadEach("ClaimSeq", []claimBadValue{{"Negative", ""}}, with(func(c *ledger.Claim, _ string) { c.Seq = -1 }))...)
+	return append(out, claimBadEach("ClaimToken", claimBadNames, with(func(c *ledger.Claim, v string) { c.Token = ledger.Token(v) }))...)
 }
 
 // claimBadRequests returns the cases for ClaimPending and ClaimRetryReady.

@@ -69,7 +69,7 @@ func claimMethods() []claimMethod {
 		{
 			name:  "Save",
 			valid: func(ctx context.Context, f claimFixture) error { _, err := f.s.Save(ctx, deferred(f)); return err },
-			bad: claimBadEntries(true, func(ctx context.Context, f claimFixture, e ledger.OutboxEntry) error {
+			bad: claimBadEntries(func(ctx context.Context, f claimFixture, e ledger.OutboxEntry) error {
 				_, err := f.s.Save(ctx, e)
 				return err
 			}),
@@ -261,7 +261,7 @@ func claimMethods() []claimMethod {
 			bad: append(claimBadClaims(func(ctx context.Context, f claimFixture, c ledger.Claim) error {
 				_, err := f.s.SaveClaim(ctx, c, deferred(f))
 				return err
-			}), claimBadEntries(false, func(ctx context.Context, f claimFixture, e ledger.OutboxEntry) error {
+			}), claimBadEntries(func(ctx context.Context, f claimFixture, e ledger.OutboxEntry) error {
 				_, err := f.s.SaveClaim(ctx, f.claim, e)
 				return err
 			})...),

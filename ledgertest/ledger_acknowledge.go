@@ -18,6 +18,7 @@ func testAcknowledge(t *testing.T, newLedger NewLedgerFunc) {
 		{"TerminalIsEnded", ackTerminalIsEnded},
 		{"WrongTokenIsLeaseLost", ackWrongTokenIsLeaseLost},
 		{"EarlierGrantIsLeaseLost", ackEarlierGrantIsLeaseLost},
+		{"HandMadeLeaseIsLeaseLost", ackHandMadeLeaseIsLeaseLost},
 		{"LeaseOfAnotherDeliveryIsLeaseLost", ackLeaseOfAnotherDelivery},
 		{"SecondAckIsRepeated", ackSecondAckIsRepeated},
 		{"AtExpiryIsLeaseExpired", ackAtExpiryIsLeaseExpired},
@@ -62,6 +63,38 @@ func ackWrongTokenIsLeaseLost(t *testing.T, f *ledgerFixture) {
 	nextSeq := l
 	nextSeq.Seq++
 	f.notApplied(held, ledger.OutcomeLeaseLost)(f.l.Acknowledge(f.ctx, nextSeq, "", t0))
+}
+
+// ackHandMadeLeaseIsLeaseLost: a lease built by hand, with a sequence
+// number no grant has (zero, negative) or with nothing but the ID and a
+// guessed token, is a lease that does not match: Acknowledge, Release and
+// MarkFailed answer LeaseLost (Ended on a terminal record) and write
+// nothing. It is not bad input: its fields are well formed.
+func ackHandMadeLeaseIsLeaseLost(t *testing.T, f *ledgerFixture) {
+	f.enqueueIDs("host-1", t0, "d-1", "d-ended")
+	l := f.leaseOne("d-1", ownerA, t0)
+	le := f.leaseOne("d-ended", ownerA, t0)
+	f.applied(f.get("d-ended"), t0)(f.l.Abandon(f.ctx, "d-ended", ledger.Cause{Kind: ledger.CauseCeremonyEnded}, t0))
+	for _, c := range []struct {
+		name string
+		make func(ledger.Lease) ledger.Lease
+	}{
+		{"seq zero", func(l ledger.Lease) ledger.Lease { l.Seq = 0; return l }},
+		{"seq negative", func(l ledger.Lease) ledger.Lease { l.Seq = -1; return l }},
+		{"ID and a guess", func(l ledger.Lease) ledger.Lease { return ledger.Lease{DeliveryID: l.DeliveryID, Token: "guess"} }},
+	} {
+		for _, held := range []struct {
+			lease ledger.Lease
+			want  ledger.Outcome
+		}{{l, ledger.OutcomeLeaseLost}, {le, ledger.OutcomeEnded}} {
+			bad := c.make(held.lease)
+			before := f.get(held.lease.DeliveryID)
+			t.Logf("%s on %s", c.name, before.State)
+			f.notApplied(before, held.want)(f.l.Acknowledge(f.ctx, bad, "", t0))
+			f.notApplied(before, held.want)(f.l.Release(f.ctx, bad, t0))
+			f.notApplied(before, held.want)(f.l.MarkFailed(f.ctx, bad, ledger.FailureReason{Message: "timeout"}, t0))
+		}
+	}
 }
 
 func ackEarlierGrantIsLeaseLost(t *testing.T, f *ledgerFixture) {

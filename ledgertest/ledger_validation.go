@@ -315,10 +315,6 @@ func leaseArgCases(call func(ctx context.Context, l ledger.Ledger, lease ledger.
 		nameCases("lease token", false, func(ctx context.Context, l ledger.Ledger, s validationSeed, v string) error {
 			return withLease(func(x *ledger.Lease) { x.Token = ledger.Token(v) })(ctx, l, s)
 		}),
-		[]invalidCase{
-			{"lease seq/zero", withLease(func(x *ledger.Lease) { x.Seq = 0 })},
-			{"lease seq/negative", withLease(func(x *ledger.Lease) { x.Seq = -1 })},
-		},
 		nowCases(func(ctx context.Context, l ledger.Ledger, s validationSeed, now time.Time) error {
 			return call(ctx, l, s.leased, "", now)
 		}),
