@@ -36,8 +36,12 @@ func NewDelivery(req EnqueueRequest, defaults Policy, now time.Time) Delivery {
 // EnqueueAgain returns the outcome of enqueueing req when d already holds
 // its ID: OutcomeRepeated for the same content (target, ceremony, payload,
 // resolved policy), whatever state d is in, and OutcomeConflict otherwise.
+// The target is the same when it is the one d was enqueued for or the one
+// a Follow supersession moved it to: the request did not change, the
+// destination did.
 func (d Delivery) EnqueueAgain(req EnqueueRequest, defaults Policy) Outcome {
-	if d.Target == req.Target && d.Ceremony == req.Ceremony &&
+	sameTarget := req.Target == d.Target || (d.EnqueuedTarget != "" && req.Target == d.EnqueuedTarget)
+	if sameTarget && d.Ceremony == req.Ceremony &&
 		bytes.Equal(d.Payload, req.Payload) && d.Policy == req.Policy.Resolve(defaults) {
 		return OutcomeRepeated
 	}
@@ -339,6 +343,15 @@ func (d Delivery) Supersede(replacement Target, mode FollowMode, now time.Time) 
 		d.EndedLease = nil
 		d.end(DeliveryStateExpired, now)
 		return d, true
+	}
+	// The first move remembers where the delivery was enqueued; a move
+	// back there forgets it again, so that EnqueuedTarget is set exactly
+	// while Target differs from it.
+	switch {
+	case d.EnqueuedTarget == "":
+		d.EnqueuedTarget = d.Target
+	case d.EnqueuedTarget == replacement:
+		d.EnqueuedTarget = ""
 	}
 	d.Target = replacement
 	if d.State == DeliveryStateLeased {

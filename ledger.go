@@ -23,8 +23,10 @@ type Ledger interface {
 	// content (target, ceremony, payload, resolved policy) answers
 	// OutcomeRepeated, even if the record has moved on or ended; with
 	// different content it answers OutcomeConflict. Neither writes anything.
-	// Content is compared with the record as it stands: after a Follow
-	// supersession its target is the replacement.
+	// After a Follow supersession the request's target may be the one the
+	// delivery was enqueued for (Delivery.EnqueuedTarget) or the one it
+	// has now: a producer that retries its original request, or one that
+	// already sends to the replacement, is answered Repeated.
 	Enqueue(ctx context.Context, req EnqueueRequest, now time.Time) (DeliveryResult, error)
 
 	// Lease hands out, exclusively and until now+duration, up to limit
@@ -344,12 +346,17 @@ type Page struct {
 //
 // All times are UTC with microsecond precision.
 type Delivery struct {
-	ID       DeliveryID    `json:"id"`
-	Target   Target        `json:"target"`
-	Ceremony CeremonyID    `json:"ceremony"`
-	Payload  []byte        `json:"payload,omitzero"`
-	Policy   Policy        `json:"policy"`
-	State    DeliveryState `json:"state"`
+	ID     DeliveryID `json:"id"`
+	Target Target     `json:"target"`
+	// EnqueuedTarget is the target the delivery was enqueued for, once a
+	// Follow supersession has moved it to another; empty while Target is
+	// still that one. Enqueue compares a repeated request with it too, so
+	// a producer retrying its original request is answered Repeated.
+	EnqueuedTarget Target        `json:"enqueued_target,omitempty"`
+	Ceremony       CeremonyID    `json:"ceremony"`
+	Payload        []byte        `json:"payload,omitzero"`
+	Policy         Policy        `json:"policy"`
+	State          DeliveryState `json:"state"`
 	// Attempts counts lease grants, less those given back by Release or a
 	// Follow supersession.
 	Attempts int `json:"attempts"`

@@ -21,6 +21,7 @@ func testEnqueue(t *testing.T, newLedger NewLedgerFunc) {
 		{"PolicyDefaultsAreResolved", enqueuePolicyDefaultsAreResolved},
 		{"SameContentIsRepeated", enqueueSameContentIsRepeated},
 		{"RepeatedAfterTheRecordMovedOn", enqueueRepeatedAfterTheRecordMovedOn},
+		{"RepeatedAfterAFollowSupersession", enqueueRepeatedAfterAFollowSupersession},
 		{"DifferentContentIsConflict", enqueueDifferentContentIsConflict},
 		{"NilAndEmptyPayloadAreTheSameContent", enqueueNilAndEmptyPayload},
 		{"PayloadRoundTripsAnyBytes", enqueuePayloadRoundTripsAnyBytes},
@@ -128,6 +129,40 @@ func enqueueRepeatedAfterTheRecordMovedOn(t *testing.T, f *ledgerFixture) {
 	require.NoError(t, err)
 	ended := f.requireState("d-1", ledger.DeliveryStateExpired)
 	f.notApplied(ended, ledger.OutcomeRepeated)(f.l.Enqueue(f.ctx, r, at(3*time.Second)))
+}
+
+// enqueueRepeatedAfterAFollowSupersession: a Follow supersession moves a
+// delivery to the replacement target; the producer's original request is
+// still the same content (Repeated), as is one already sent to the
+// replacement, while a third target is Conflict. A move back to the
+// original target forgets where it came from.
+func enqueueRepeatedAfterAFollowSupersession(t *testing.T, f *ledgerFixture) {
+	r := req("d-1", "host-old")
+	f.enqueue(r, t0)
+	require.Empty(t, f.get("d-1").EnqueuedTarget, "not moved yet")
+	_, err := f.l.Supersede(f.ctx, "host-old", "host-new", ledger.Follow, at(time.Second))
+	require.NoError(t, err)
+	moved := f.get("d-1")
+	require.Equal(t, ledger.Target("host-new"), moved.Target)
+	require.Equal(t, ledger.Target("host-old"), moved.EnqueuedTarget)
+	f.notApplied(moved, ledger.OutcomeRepeated)(f.l.Enqueue(f.ctx, r, at(2*time.Second)))
+	f.notApplied(moved, ledger.OutcomeRepeated)(f.l.Enqueue(f.ctx, req("d-1", "host-new"), at(2*time.Second)))
+	f.notApplied(moved, ledger.OutcomeConflict)(f.l.Enqueue(f.ctx, req("d-1", "host-third"), at(2*time.Second)))
+
+	// Moved on again, it still remembers the first target.
+	_, err = f.l.Supersede(f.ctx, "host-new", "host-third", ledger.Follow, at(3*time.Second))
+	require.NoError(t, err)
+	again := f.get("d-1")
+	require.Equal(t, ledger.Target("host-old"), again.EnqueuedTarget)
+	f.notApplied(again, ledger.OutcomeRepeated)(f.l.Enqueue(f.ctx, r, at(4*time.Second)))
+
+	// Moved back, Target is the enqueued one again.
+	_, err = f.l.Supersede(f.ctx, "host-third", "host-old", ledger.Follow, at(5*time.Second))
+	require.NoError(t, err)
+	back := f.get("d-1")
+	require.Equal(t, ledger.Target("host-old"), back.Target)
+	require.Empty(t, back.EnqueuedTarget)
+	f.notApplied(back, ledger.OutcomeRepeated)(f.l.Enqueue(f.ctx, r, at(6*time.Second)))
 }
 
 func enqueueDifferentContentIsConflict(t *testing.T, f *ledgerFixture) {

@@ -46,6 +46,7 @@ func pointers(cols []column) []any {
 // deliveryRow is one row of the deliveries table.
 type deliveryRow struct {
 	ID, Target                                 string
+	EnqueuedTarget                             *string
 	Ceremony                                   *string
 	Payload                                    []byte
 	MaxAttempts                                int64
@@ -78,11 +79,13 @@ type deliveryRow struct {
 	Version                                    int64
 }
 
-// columns lists r's columns in table order; id comes first and version
-// last, which the UPDATE statement in query.go relies on.
+// columns lists r's columns: id comes first and version last, which the
+// UPDATE statement in query.go relies on. The order is the statements'
+// own; the table's differs for columns later migrations added at its end
+// (enqueued_target), and no statement depends on it.
 func (r *deliveryRow) columns() []column {
 	return []column{
-		{"id", &r.ID}, {"target", &r.Target}, {"ceremony", &r.Ceremony}, {"payload", &r.Payload},
+		{"id", &r.ID}, {"target", &r.Target}, {"enqueued_target", &r.EnqueuedTarget}, {"ceremony", &r.Ceremony}, {"payload", &r.Payload},
 		{"max_attempts", &r.MaxAttempts}, {"backoff_base_us", &r.BackoffBaseUS},
 		{"backoff_max_us", &r.BackoffMaxUS}, {"ack_window_us", &r.AckWindowUS},
 		{"state", &r.State}, {"attempts", &r.Attempts}, {"available_at", &r.AvailableAt},
@@ -111,23 +114,24 @@ func (r *deliveryRow) columns() []column {
 // another sequence number), which would be a bug in the state machine.
 func newDeliveryRow(d ledger.Delivery) (deliveryRow, error) {
 	r := deliveryRow{
-		ID:            string(d.ID),
-		Target:        string(d.Target),
-		Ceremony:      optString(string(d.Ceremony)),
-		Payload:       optBytes(d.Payload),
-		MaxAttempts:   int64(d.Policy.MaxAttempts),
-		BackoffBaseUS: d.Policy.BackoffBase.Microseconds(),
-		BackoffMaxUS:  d.Policy.BackoffMax.Microseconds(),
-		AckWindowUS:   d.Policy.AckWindow.Microseconds(),
-		State:         string(d.State),
-		Attempts:      int64(d.Attempts),
-		AvailableAt:   d.AvailableAt,
-		LeaseSeq:      d.LeaseSeq,
-		Activations:   int64(d.Activations),
-		CreatedAt:     d.CreatedAt,
-		UpdatedAt:     d.UpdatedAt,
-		EndedAt:       optTime(d.EndedAt),
-		Version:       d.Version,
+		ID:             string(d.ID),
+		Target:         string(d.Target),
+		EnqueuedTarget: optString(string(d.EnqueuedTarget)),
+		Ceremony:       optString(string(d.Ceremony)),
+		Payload:        optBytes(d.Payload),
+		MaxAttempts:    int64(d.Policy.MaxAttempts),
+		BackoffBaseUS:  d.Policy.BackoffBase.Microseconds(),
+		BackoffMaxUS:   d.Policy.BackoffMax.Microseconds(),
+		AckWindowUS:    d.Policy.AckWindow.Microseconds(),
+		State:          string(d.State),
+		Attempts:       int64(d.Attempts),
+		AvailableAt:    d.AvailableAt,
+		LeaseSeq:       d.LeaseSeq,
+		Activations:    int64(d.Activations),
+		CreatedAt:      d.CreatedAt,
+		UpdatedAt:      d.UpdatedAt,
+		EndedAt:        optTime(d.EndedAt),
+		Version:        d.Version,
 	}
 	if l := d.Lease; l != nil {
 		// The table keeps one sequence column: a lease in force is always
@@ -172,10 +176,11 @@ func newDeliveryRow(d ledger.Delivery) (deliveryRow, error) {
 // delivery maps r back to the record.
 func (r *deliveryRow) delivery() ledger.Delivery {
 	d := ledger.Delivery{
-		ID:       ledger.DeliveryID(r.ID),
-		Target:   ledger.Target(r.Target),
-		Ceremony: ledger.CeremonyID(deref(r.Ceremony)),
-		Payload:  optBytes(r.Payload),
+		ID:             ledger.DeliveryID(r.ID),
+		Target:         ledger.Target(r.Target),
+		EnqueuedTarget: ledger.Target(deref(r.EnqueuedTarget)),
+		Ceremony:       ledger.CeremonyID(deref(r.Ceremony)),
+		Payload:        optBytes(r.Payload),
 		Policy: ledger.Policy{
 			MaxAttempts: int(r.MaxAttempts),
 			BackoffBase: time.Duration(r.BackoffBaseUS) * time.Microsecond,

@@ -56,6 +56,7 @@ deliveries.created_at timestamp with time zone NOT NULL
 deliveries.updated_at timestamp with time zone NOT NULL
 deliveries.ended_at timestamp with time zone
 deliveries.version bigint NOT NULL
+deliveries.enqueued_target text COLLATE "C"
 delivery_counts.target text COLLATE "C" NOT NULL
 delivery_counts.ceremony text COLLATE "C" NOT NULL
 delivery_counts.state text NOT NULL
