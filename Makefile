@@ -18,8 +18,8 @@ test: ## Vet, then run all tests with the race detector
 test/short: ## Run the quick tests only (-short)
 	$(GO) test -short ./...
 
-bench: ## Run all benchmarks (no tests) with allocation stats
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: ## Run all benchmarks (no tests) with allocation stats; database ones on a durable throwaway cluster
+	LEDGER_TEST_DURABLE=true $(GO) test -run '^$$' -bench . -benchmem ./...
 
 bench-load: ## The benchmark program (cmd/ledgerbench) on a throwaway PostgreSQL, then in memory; a few minutes
 	$(GO) run ./cmd/ledgerbench -store pg

@@ -39,6 +39,21 @@ import (
 // existing server instead of a throwaway cluster.
 const EnvDatabaseURL = "LEDGER_TEST_DATABASE_URL"
 
+// EnvDurable names the environment variable that, set to true, keeps the
+// throwaway cluster durable: fsync, synchronous_commit and
+// full_page_writes stay on, as on a production server. Tests do not need
+// that and run faster without it; benchmarks do, since a commit that is
+// never flushed costs almost nothing and would leave every figure that
+// includes one (a lease, an acknowledge) lower than any real deployment
+// sees. `make bench` sets it.
+const EnvDurable = "LEDGER_TEST_DURABLE"
+
+// durable reports whether EnvDurable asks for a durable cluster.
+func durable() bool {
+	v, _ := strconv.ParseBool(os.Getenv(EnvDurable))
+	return v
+}
+
 // alternative completes pgcluster.ErrNoServer's advice on what to install.
 const alternative = "or set " + EnvDatabaseURL + " to an existing server"
 
@@ -125,7 +140,7 @@ func dsn() (url, skip string, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts := pgcluster.Options{Fast: true}
+	opts := pgcluster.Options{Fast: !durable()}
 	if testing.Verbose() {
 		opts.Logf = func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)
