@@ -108,18 +108,21 @@ func TestMigrate(t *testing.T) {
 		ctx := testContext(t)
 		applyFirstMigration(ctx, t, pool, schema)
 		at := time.Date(2031, time.March, 4, 5, 6, 7, 0, time.UTC)
-		// Without history, single enqueues need nothing of the later
-		// migrations: they run on the old schema.
+		// The entries a store of 0001's time enqueued, as it wrote them.
+		var old []ledger.OutboxEntryID
+		for i := range 6 {
+			key := fmt.Sprintf("old-%d", i)
+			id := ledger.OutboxEntryIDFor(key)
+			_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "outbox_entries"}.Sanitize()+`
+				(id, provider, kind, idempotency_key, status, attempts, dead_letter_reason, claim_seq, created_at, updated_at, version)
+				VALUES ($1, 'p', 'k', $2, 'pending', 0, '', 0, $3, $3, 1)`, string(id), key, at)
+			require.NoError(t, err)
+			old = append(old, id)
+		}
+		slices.Sort(old) // the order before 0002: created_at (shared), then id
 		s, err := pgstore.New(pool, pgstore.WithSchema(schema), fixedClock(at), pgstore.WithoutHistory())
 		require.NoError(t, err)
 		o := s.Outbox()
-		var old []ledger.OutboxEntryID
-		for i := range 6 {
-			res, err := o.Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("old-%d", i)})
-			require.NoError(t, err)
-			old = append(old, res.Entry.ID)
-		}
-		slices.Sort(old) // the order before 0002: created_at (shared), then id
 
 		require.NoError(t, s.Migrate(ctx))
 		var envs []ledger.Envelope

@@ -159,6 +159,12 @@ type Store struct {
 	q        *queries
 	skew     *skewMeter // shared with the stores WithTx derives
 	groups   *groups    // group commit queues (group.go); nil when off
+	pool     *pgxpool.Pool
+	// held are the records this store holds grants on (held.go); nil
+	// for a store bound to a caller's transaction, which never uses them.
+	held *heldState
+	// leases and claims bound the grant statements run at once (trip.go).
+	leases, claims gate
 }
 
 // New returns a store on pool. It checks the options but does not touch
@@ -188,7 +194,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: new: %w", &ledger.InvalidError{Field: "pool", Reason: "must not be nil"})
 	}
-	s := &Store{db: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
+	s := &Store{db: pool, pool: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
+	s.held = newHeldState(cfg.schema, s.q)
+	s.leases, s.claims = newGate(), newGate()
 	s.groups = newGroups(s)
 	return s, nil
 }
@@ -211,6 +219,7 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 	c := *s
 	c.callerTx = true
 	c.db = tx // a nil tx gives a nil db, which check rejects
+	c.held = nil
 	return &c
 }
 
