@@ -6,12 +6,15 @@ GO ?= go
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test test/short bench bench-load lint demo chaos
+.PHONY: help setup test test/short bench bench-load lint demo chaos
 
 help: ## List targets with their descriptions
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-test: ## Vet, then run all tests with the race detector
+setup: ## Check (as root on Debian/Ubuntu: install) what the tests need: PostgreSQL server, pgbouncer, chromium
+	@./.ci/setup
+
+test: setup ## Vet, then run all tests with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 
