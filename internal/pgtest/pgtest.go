@@ -164,6 +164,17 @@ func dsn() (url, skip string, err error) {
 	return harness.dsn, "", nil
 }
 
+// URL returns the connection URL of the test database, starting the
+// cluster on first use, for code that has no testing.TB (Example
+// functions). Where a test would be skipped it returns an error.
+func URL() (string, error) {
+	url, skip, err := dsn()
+	if err == nil && skip != "" {
+		err = errors.New("pgtest: " + skip)
+	}
+	return url, err
+}
+
 // DSN returns the connection URL of the test database. It skips the test
 // when no database is available, except under CI=true, where it fails it.
 func DSN(t testing.TB) string {
