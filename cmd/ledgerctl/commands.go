@@ -126,7 +126,8 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 				return err
 			}
 			if c.json {
-				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: new(redact(d)), History: history})
+				shown := redact(d)
+				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: &shown, History: history})
 			}
 			printDelivery(e.stdout, d)
 			printHistory(e.stdout, history)
@@ -148,7 +149,8 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 			return err
 		}
 		if c.json {
-			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: new(redactEntry(entry)), History: history})
+			shown := redactEntry(entry)
+			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: &shown, History: history})
 		}
 		printEntry(e.stdout, entry)
 		printHistory(e.stdout, history)
