@@ -17,6 +17,8 @@ import (
 // state between transactions: no session advisory locks, no named
 // prepared statements, no settings that must survive a commit.
 func TestBouncer(t *testing.T) {
+	// Beside the other runs of whole suites: they mostly wait on the server.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("the conformance suite through PgBouncer is not short")
 	}

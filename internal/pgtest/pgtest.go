@@ -48,6 +48,17 @@ const EnvDatabaseURL = "LEDGER_TEST_DATABASE_URL"
 // sees. `make bench` sets it.
 const EnvDurable = "LEDGER_TEST_DURABLE"
 
+// EnvLong names the environment variable that, set to true, runs the
+// long forms of the slowest tests (`make test/long`): `make test` runs
+// shorter forms of the same checks, so that it stays fast.
+const EnvLong = "LEDGER_TEST_LONG"
+
+// Long reports whether EnvLong asks for the long forms of the tests.
+func Long() bool {
+	v, _ := strconv.ParseBool(os.Getenv(EnvLong))
+	return v
+}
+
 // durable reports whether EnvDurable asks for a durable cluster.
 func durable() bool {
 	v, _ := strconv.ParseBool(os.Getenv(EnvDurable))
