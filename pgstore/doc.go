@@ -9,7 +9,7 @@
 //
 // # Setup
 //
-//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	pool, err := pgxpool.New(ctx, os.Getenv("LEDGER_DATABASE_URL"))
 //	store, err := pgstore.New(pool, pgstore.WithSchema("leaseledger"))
 //	err = store.Migrate(ctx) // idempotent; safe from many processes at once
 //	outbox := store.Outbox()
