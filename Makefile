@@ -21,9 +21,9 @@ test: setup ## Vet, then run all tests with the race detector (under 8 minutes o
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -parallel 8 -timeout 15m ./...
 
-test/long: setup ## The long forms of the tests make test shortens: migrations beside 1,000,000 rows, chaos with 1,000 items
-	LEDGER_TEST_LONG=true $(GO) test -race -count=1 -timeout 20m \
-		-run 'TestMigrateConcurrentlyOnALargeTable|TestChaosPG' ./pgstore ./internal/chaos
+test/long: setup ## The long forms of the tests make test shortens: index builds beside 1,000,000 rows, chaos with 1,000 items, all of TestBouncer
+	LEDGER_TEST_LONG=true $(GO) test -race -count=1 -parallel 8 -timeout 20m \
+		-run 'TestMigrateConcurrentlyOnALargeTable|TestChaosPG|TestBouncer' ./pgstore ./internal/chaos
 
 test/short: ## Run the quick tests only (-short)
 	$(GO) test -short ./...
