@@ -38,15 +38,9 @@ func TestMigrate(t *testing.T) {
 	t.Run("ConcurrentOnFreshSchema", func(t *testing.T) {
 		pool := pgtest.Pool(t)
 		schema := pgtest.Schema(t, pool)
-		// A pool of its own with a connection per migrator, so that the
-		// eight really run at once and meet on the advisory lock.
-		cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
-		require.NoError(t, err)
-		cfg.ConnConfig.RuntimeParams["search_path"] = ""
-		cfg.MaxConns = 8
-		wide, err := pgxpool.NewWithConfig(testContext(t), cfg)
-		require.NoError(t, err)
-		t.Cleanup(wide.Close)
+		// A connection per migrator, so that the eight really run at
+		// once and meet on the advisory lock.
+		wide := widePool(t, 8)
 
 		ctx := testContext(t)
 		errs := make([]error, 8)

@@ -37,6 +37,11 @@ const MaxPayloadLimit = 256 << 20
 // it reads the same quoted or not and never needs escaping by an operator.
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
+// invalidSchema is the error for a schema name schemaName refuses.
+func invalidSchema() error {
+	return &ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"}
+}
+
 // config is what the Options set.
 type config struct {
 	schema     string
@@ -66,7 +71,7 @@ type Option func(*config)
 func WithSchema(name string) Option {
 	return func(c *config) {
 		if !schemaName.MatchString(name) {
-			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"})
+			c.fail(invalidSchema())
 			return
 		}
 		c.schema = name

@@ -9,7 +9,7 @@
 //
 // Commands:
 //
-//	migrate                                  create or upgrade the schema
+//	migrate [-print | -status]               create or upgrade the schema; print its SQL; list versions
 //	list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
 //	show ID                                  one delivery (or outbox entry), every field, and its history
 //	stats [-target T] [-ceremony C]          counts by state and cause, depth and lag

@@ -36,7 +36,8 @@ const connectTimeout = 15 * time.Second
 const usageText = `usage: ledgerctl COMMAND [flags] [ARGS]
 
 commands:
-  migrate                                     create or upgrade the schema
+  migrate [-print | -status]                  create or upgrade the schema; -print its SQL;
+                                              -status: the applied and pending versions
   list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
                                               list deliveries, one page
   show ID                                     one delivery (or outbox entry)

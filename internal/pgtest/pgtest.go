@@ -48,6 +48,17 @@ const EnvDatabaseURL = "LEDGER_TEST_DATABASE_URL"
 // sees. `make bench` sets it.
 const EnvDurable = "LEDGER_TEST_DURABLE"
 
+// EnvLong names the environment variable that, set to true, runs the
+// long forms of the slowest tests (`make test/long`): `make test` runs
+// shorter forms of the same checks, so that it stays fast.
+const EnvLong = "LEDGER_TEST_LONG"
+
+// Long reports whether EnvLong asks for the long forms of the tests.
+func Long() bool {
+	v, _ := strconv.ParseBool(os.Getenv(EnvLong))
+	return v
+}
+
 // durable reports whether EnvDurable asks for a durable cluster.
 func durable() bool {
 	v, _ := strconv.ParseBool(os.Getenv(EnvDurable))
@@ -83,16 +94,24 @@ func ci() bool {
 // Main runs the tests of a package and exits; call it from TestMain. The
 // cluster is started lazily on the first DSN/Pool call, so test binaries
 // (or -run selections, or -short runs) that never touch the database pay
-// nothing; it is stopped after m.Run whatever the outcome.
-func Main(m *testing.M) {
+// nothing; it is stopped after m.Run whatever the outcome. Goroutines
+// left running after passing tests fail the run.
+func Main(m *testing.M) { os.Exit(Run(m, true)) }
+
+// Run is Main without the exit: it returns the exit code for os.Exit.
+// checkLeaks turns the check for goroutines left running on; a harness
+// for other people's tests (pgstoretest) leaves it off, since their code
+// may keep goroutines of its own.
+func Run(m *testing.M, checkLeaks bool) int {
 	harness.mu.Lock()
 	harness.mainCalled = true
 	if url := os.Getenv(EnvDatabaseURL); url != "" {
 		harness.dsn = url
 	} else if _, err := pgcluster.Find(); err != nil {
 		if ci() {
+			harness.mu.Unlock()
 			fmt.Fprintf(os.Stderr, "pgtest: CI=true requires a database: %v; %s\n", err, alternative)
-			os.Exit(1)
+			return 1
 		}
 		harness.skip = fmt.Sprintf("no database: %v; %s", err, alternative)
 	}
@@ -117,13 +136,13 @@ func Main(m *testing.M) {
 	// Every package that talks to PostgreSQL also starts goroutines (pools,
 	// listeners, dispatch loops); one left running after the tests is a
 	// leak in the code or a test that forgot its cleanup.
-	if code == 0 {
+	if code == 0 && checkLeaks {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: goroutines left running after the tests: %v\n", err)
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // dsn returns the database URL, starting the cluster on first use.
@@ -156,6 +175,17 @@ func dsn() (url, skip string, err error) {
 	return harness.dsn, "", nil
 }
 
+// URL returns the connection URL of the test database, starting the
+// cluster on first use, for code that has no testing.TB (Example
+// functions). Where a test would be skipped it returns an error.
+func URL() (string, error) {
+	url, skip, err := dsn()
+	if err == nil && skip != "" {
+		err = errors.New("pgtest: " + skip)
+	}
+	return url, err
+}
+
 // DSN returns the connection URL of the test database. It skips the test
 // when no database is available, except under CI=true, where it fails it.
 func DSN(t testing.TB) string {
@@ -178,19 +208,21 @@ func DSN(t testing.TB) string {
 // qualify a table with its schema fails instead of silently hitting public.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return connect(t, DSN(t), true)
+	empty := ""
+	return connect(t, DSN(t), &empty)
 }
 
-// connect opens a pool on url, closed when the test ends. emptyPath sets
-// an empty search_path on its connections; a bouncer cannot pass one on.
-func connect(t testing.TB, url string, emptyPath bool) *pgxpool.Pool {
+// connect opens a pool on url, closed when the test ends, whose
+// connections have *searchPath as their search_path; nil leaves the
+// server's (a bouncer cannot pass one on).
+func connect(t testing.TB, url string, searchPath *string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("pgtest: parse DSN: %v", err)
 	}
-	if emptyPath {
-		cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	if searchPath != nil {
+		cfg.ConnConfig.RuntimeParams["search_path"] = *searchPath
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -206,17 +238,46 @@ func connect(t testing.TB, url string, emptyPath bool) *pgxpool.Pool {
 	return pool
 }
 
+// SchemaPool returns a fresh, unique schema name for this test and a
+// pool, closed when the test ends, whose connections have search_path
+// set to that schema, so that tables made without a schema name land in
+// it. Like Schema it does not create the schema, and drops it with
+// everything in it when the test ends.
+func SchemaPool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	url := DSN(t)
+	name := schemaName(t)
+	path := pgx.Identifier{name}.Sanitize()
+	pool := connect(t, url, &path)
+	dropAtCleanup(t, pool, name)
+	return pool, name
+}
+
 // Schema returns a fresh, unique schema name for this test. It does not
 // create the schema (the store's migration does); it registers a cleanup
 // that drops it with everything in it. Register it after Pool so that the
 // cleanup (cleanups run last-in, first-out) runs while the pool is open.
 func Schema(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
+	name := schemaName(t)
+	dropAtCleanup(t, pool, name)
+	return name
+}
+
+// schemaName returns a fresh, unique schema name.
+func schemaName(t testing.TB) string {
+	t.Helper()
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	name := "t_" + hex.EncodeToString(b[:])
+	return "t_" + hex.EncodeToString(b[:])
+}
+
+// dropAtCleanup drops schema name, with everything in it, through pool
+// when the test ends.
+func dropAtCleanup(t testing.TB, pool *pgxpool.Pool, name string) {
+	t.Helper()
 	t.Cleanup(func() {
 		// Not t.Context(): it is already canceled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -225,7 +286,6 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 			t.Errorf("pgtest: drop schema %s: %v", name, err)
 		}
 	})
-	return name
 }
 
 // BouncerPool is Pool through a PgBouncer in transaction pooling mode,
@@ -249,5 +309,5 @@ func BouncerPool(t testing.TB) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connect(t, b.DSN(), false)
+	return connect(t, b.DSN(), nil)
 }
