@@ -218,6 +218,9 @@ type queries struct {
 	outboxStats                           string
 	addDeliveryCounts, dropDeliveryCounts string
 	addOutboxCounts, dropOutboxCounts     string
+
+	// browse holds the reads of operators' tools (browse.go).
+	browse browseQueries
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -308,6 +311,7 @@ func newQueries(schema string) *queries {
 		entryHistory:          readHistory(outbox, entryHistory),
 	}
 	q.grantFailure, q.grantReason = grantProbe()
+	q.browse = newBrowseQueries(schema, dcols, ocols)
 	q.insertDeliveryLogged = insertLogged(q.insertDelivery, deliveryHistory, len(dcols))
 	q.insertEntryLogged = insertLogged(q.insertEntry, entryHistory, len(ocols))
 	q.insertEntryAtLogged = insertLogged(q.insertEntryAt, entryHistory, len(ocols)+1)
