@@ -69,7 +69,7 @@ func TestExplainConsoleReads(t *testing.T) {
 	t.Logf("fixture built in %s", time.Since(start).Round(time.Millisecond))
 
 	const (
-		page      = 51  // a console page of 50, plus the row that says there is a next page
+		page      = 51   // a console page of 50, plus the row that says there is a next page
 		endedRead = 2000 // the console's chart reads at most this many endings
 		open      = 300  // open deliveries, and open outbox entries, in the fixture
 	)
