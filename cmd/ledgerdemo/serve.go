@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,7 +29,7 @@ func serveFlags(fs *flag.FlagSet) func() afterFunc {
 		return func(l ledger.Ledger, outbox ledger.ClaimStore, end time.Time) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return serveDemo(ctx, l, outbox, end, *addr, *public, *writable, os.Getenv(console.TokenEnv))
+			return serveDemo(ctx, os.Stdout, l, outbox, end, *addr, *public, *writable, os.Getenv(console.TokenEnv))
 		}
 	}
 }
@@ -37,7 +38,7 @@ func serveFlags(fs *flag.FlagSet) func() afterFunc {
 // The demo's time is simulated, so the console's clock starts at the
 // demo's last now and runs on from there: its last hour is the end of the
 // run.
-func serveDemo(ctx context.Context, l ledger.Ledger, outbox ledger.ClaimStore, end time.Time, addr string, public, writable bool, token string) error {
+func serveDemo(ctx context.Context, out io.Writer, l ledger.Ledger, outbox ledger.ClaimStore, end time.Time, addr string, public, writable bool, token string) error {
 	started := time.Now()
 	h, err := console.New(l, outbox, console.Options{
 		Title:    "demo",
@@ -56,6 +57,6 @@ func serveDemo(ctx context.Context, l ledger.Ledger, outbox ledger.ClaimStore, e
 	if writable {
 		mode = "writable, sign in with $" + console.TokenEnv
 	}
-	fmt.Printf("\nconsole on http://%s (%s); interrupt to stop\n", ln.Addr(), mode)
+	fmt.Fprintf(out, "\nconsole on http://%s (%s); interrupt to stop\n", ln.Addr(), mode)
 	return console.Serve(ctx, ln, h, 0)
 }
