@@ -230,6 +230,9 @@ type queries struct {
 	outboxStats                           string
 	addDeliveryCounts, dropDeliveryCounts string
 	addOutboxCounts, dropOutboxCounts     string
+
+	// browse holds the reads of operators' tools (browse.go).
+	browse browseQueries
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -320,6 +323,7 @@ func newQueries(schema string) *queries {
 		entryHistory:          readHistory(outbox, entryHistory),
 	}
 	q.grantFailure, q.grantReason = grantProbe()
+	q.browse = newBrowseQueries(schema, dcols, ocols)
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")
 	for _, byTargets := range []bool{false, true} {
 		for _, byCeremony := range []bool{false, true} {

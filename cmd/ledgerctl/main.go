@@ -1,7 +1,7 @@
 // Command ledgerctl is the operator's tool for a PostgreSQL leaseledger:
 // it migrates the schema, lists and shows deliveries (and outbox entries)
-// with their history, counts them, abandons a delivery, expires a ceremony
-// and purges ended records.
+// with their history, counts them, abandons a delivery, expires a ceremony,
+// purges ended records, and serves the web console.
 //
 // Usage:
 //
@@ -16,6 +16,7 @@
 //	abandon ID -cause KIND [-detail TEXT]    end one open delivery as expired
 //	expire-ceremony ID -cause KIND [-detail TEXT]
 //	purge -older-than DURATION|RFC3339       delete records that ended before then
+//	serve [-addr HOST:PORT] [-allow-writes]  the web console (internal/console), until interrupted
 //
 // Every command takes -dsn (default $LEDGER_DATABASE_URL), -schema
 // (default pgstore.DefaultSchema) and -json (one JSON document on stdout

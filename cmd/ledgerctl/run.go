@@ -45,6 +45,7 @@ commands:
   expire-ceremony ID -cause KIND [-detail TEXT]
                                               end every open delivery of a ceremony
   purge -older-than DURATION|RFC3339          delete records that ended before then
+  serve [-addr HOST:PORT] [-allow-writes]     the web console, until interrupted
 
 common flags: -dsn URL (default $LEDGER_DATABASE_URL), -schema NAME
 (default ` + pgstore.DefaultSchema + `), -json (one JSON document on stdout).
@@ -103,6 +104,7 @@ func commands() []command {
 		{"abandon", "ID", "end one open delivery as expired with -cause", setupAbandon},
 		{"expire-ceremony", "ID", "end every open delivery of the ceremony as expired with -cause", setupExpireCeremony},
 		{"purge", "", "delete deliveries and outbox entries that ended before -older-than", setupPurge},
+		{"serve", "", "serve the web console (read-only unless -allow-writes) until interrupted", setupServe},
 	}
 }
 
