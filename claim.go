@@ -239,4 +239,10 @@ type OutboxEntry struct {
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Version grows by one with every write; Save checks it.
 	Version int64 `json:"version"`
+	// RedrivenFrom is the entry this one was made from by a redrive (see
+	// OutboxRedriver); empty for an entry that was enqueued.
+	RedrivenFrom OutboxEntryID `json:"redriven_from,omitempty"`
+	// RedrivenTo is the entry a redrive made from this one; empty until
+	// then. An entry is redriven at most once.
+	RedrivenTo OutboxEntryID `json:"redriven_to,omitempty"`
 }

@@ -34,13 +34,15 @@ type Transition struct {
 	// lease involved (for a reclaim, the new incarnation that took the
 	// lease back; for MarkProcessed, the owner that acknowledged), or the
 	// claim worker. Empty for calls that act for nobody in particular:
-	// Enqueue, Expire, Abandon, ExpireCeremony, Supersede, RecordActivation
-	// and the base outbox operations.
+	// Enqueue, Expire, Abandon, ExpireCeremony, Supersede, RecordActivation,
+	// Redrive and the base outbox operations.
 	Actor string `json:"actor,omitempty"`
 	// Reason is the cause or failure reason the change recorded, if any:
 	// "kind: detail" for an expiry cause, "kind: message" for a delivery
 	// failure, "code: message" for an emission error, or the dead-letter
-	// reason; for ReleaseClaim, the reason its caller gave.
+	// reason; for ReleaseClaim, the reason its caller gave. A redrive
+	// names the other record: "redriven as ID" on the record redriven,
+	// "redriven from ID" as the creation of the record it made.
 	Reason string `json:"reason,omitempty"`
 	// At is the time of the change: the record's UpdatedAt after it.
 	At time.Time `json:"at,omitzero"`
@@ -74,6 +76,8 @@ func DeliveryTransition(op Operation, before *Delivery, after *Delivery, actor s
 	}
 	t.From = string(before.State)
 	switch {
+	case op == OpRedrive && after.RedrivenTo != "":
+		t.Reason = redrivenAs + string(after.RedrivenTo)
 	case after.Cause != nil && before.Cause == nil:
 		t.Reason = joinReason(string(after.Cause.Kind), after.Cause.Detail)
 	case after.LastFailure != nil && (recordsFailure(op, before) || before.LastFailure == nil || *after.LastFailure != *before.LastFailure):
@@ -107,6 +111,8 @@ func EntryTransition(op Operation, before *OutboxEntry, after *OutboxEntry, acto
 	}
 	t.From = string(before.Status)
 	switch {
+	case op == OpRedrive && after.RedrivenTo != "":
+		t.Reason = redrivenAs + string(after.RedrivenTo)
 	case after.Status == OutboxStatusDeadLettered && before.Status != OutboxStatusDeadLettered:
 		t.Reason = after.DeadLetterReason
 		if t.Reason == "" && after.LastError != nil {
@@ -116,6 +122,36 @@ func EntryTransition(op Operation, before *OutboxEntry, after *OutboxEntry, acto
 		// A failed emission always says why, even when the provider
 		// answered as it did the last time.
 		t.Reason = joinReason(after.LastError.Code, after.LastError.Message)
+	}
+	return t
+}
+
+// The reasons of the history entries a redrive writes: on the record
+// redriven, and as the creation of the record it made.
+const (
+	redrivenAs   = "redriven as "
+	redrivenFrom = "redriven from "
+)
+
+// DeliveryCreation returns the first history entry of d, the one that
+// created it: Seq 1, into Offered at CreatedAt, by OpEnqueue, or by
+// OpRedrive with the reason "redriven from ID" for a delivery a redrive
+// made. Every record starts at Version 1 in its first state, so the record
+// itself implies the entry; stores may build it from the record instead of
+// storing it.
+func DeliveryCreation(d *Delivery) Transition {
+	return creation(string(DeliveryStateOffered), d.CreatedAt, string(d.RedrivenFrom))
+}
+
+// EntryCreation is DeliveryCreation for outbox entries, created Pending.
+func EntryCreation(e *OutboxEntry) Transition {
+	return creation(string(OutboxStatusPending), e.CreatedAt, string(e.RedrivenFrom))
+}
+
+func creation(first string, created time.Time, from string) Transition {
+	t := Transition{Seq: 1, Op: OpEnqueue, To: first, Outcome: OutcomeApplied, At: Normalize(created)}
+	if from != "" {
+		t.Op, t.Reason = OpRedrive, redrivenFrom+from
 	}
 	return t
 }

@@ -102,6 +102,7 @@ const (
 	OpSupersede        Operation = "supersede"
 	OpReclaim          Operation = "reclaim"     // incarnation rule
 	OpRenewLease       Operation = "renew_lease" // names renewals in logs and history; never ends a grant
+	OpRedrive          Operation = "redrive"     // both contracts: see Redriver and OutboxRedriver
 
 	OpSave             Operation = "save"
 	OpMarkDelivered    Operation = "mark_delivered"
@@ -118,7 +119,7 @@ func (op Operation) Valid() bool {
 	case OpEnqueue, OpLease, OpAcknowledge, OpMarkProcessed, OpRecordActivation,
 		OpMarkFailed, OpRelease, OpExpire, OpAbandon, OpExpireCeremony, OpSupersede,
 		OpReclaim, OpSave, OpMarkDelivered, OpMarkDeadLettered, OpClaim,
-		OpReleaseClaim, OpSaveClaim, OpRenewLease, OpRenewClaim:
+		OpReleaseClaim, OpSaveClaim, OpRenewLease, OpRenewClaim, OpRedrive:
 		return true
 	}
 	return false

@@ -388,4 +388,11 @@ type Delivery struct {
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Version grows by one with every applied transition.
 	Version int64 `json:"version"`
+	// RedrivenFrom is the delivery this one was made from by a redrive
+	// (see Redriver); empty for a delivery that was enqueued.
+	RedrivenFrom DeliveryID `json:"redriven_from,omitempty"`
+	// RedrivenTo is the delivery a redrive made from this one; empty until
+	// then. A delivery is redriven at most once: redriving it again
+	// answers OutcomeRepeated with that same delivery.
+	RedrivenTo DeliveryID `json:"redriven_to,omitempty"`
 }

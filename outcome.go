@@ -58,6 +58,14 @@ func (o Outcome) Valid() bool {
 type DeliveryResult struct {
 	Outcome  Outcome
 	Delivery Delivery
+	// Abandoned lists the deliveries an Enqueue (or EnqueueBatch) ended
+	// to keep its target's queue within the store's bound (see
+	// QueueBounds), oldest first; each ended as Expired with cause
+	// CauseQueueBounded in the same transaction. The delivery just
+	// enqueued may be one of them. Empty for every other call, and when
+	// no bound applies. EnqueueBatch lists a target's abandoned deliveries
+	// on the result of the batch's last applied request for that target.
+	Abandoned []DeliveryID
 }
 
 // Applied reports whether this call applied the durable transition.
