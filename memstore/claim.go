@@ -124,12 +124,18 @@ func (o *Outbox) enqueueLocked(env ledger.Envelope, e ledger.OutboxEntry) ledger
 	if p, ok := o.entries[e.ID]; ok {
 		return ledger.OutboxResult{Outcome: p.EnqueueAgain(env), Entry: p.OutboxEntry}
 	}
+	o.insert(e)
+	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}
+}
+
+// insert stores the new entry e, numbered after every entry before it,
+// and indexes it. The caller holds o.mu and has checked that e.ID is new.
+func (o *Outbox) insert(e ledger.OutboxEntry) {
 	p := &entry{OutboxEntry: e}
 	o.entries[e.ID] = p
 	o.enqueued++
 	o.seqs[e.ID] = o.enqueued
 	o.reindex(nil, &p.OutboxEntry)
-	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}
 }
 
 // Save writes entry's mutable fields when entry.Version matches the stored

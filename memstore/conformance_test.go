@@ -15,3 +15,13 @@ func TestLedgerConformance(t *testing.T) {
 func TestClaimStoreConformance(t *testing.T) {
 	ledgertest.TestClaimStore(t, func(t *testing.T) ledger.ClaimStore { return memstore.NewOutbox() })
 }
+
+func TestQueueBoundsConformance(t *testing.T) {
+	ledgertest.TestQueueBounds(t, func(t *testing.T, b ledger.QueueBounds) ledger.Ledger {
+		opts := []memstore.Option{memstore.WithQueueBound(b.Default)}
+		for target, n := range b.Targets {
+			opts = append(opts, memstore.WithTargetQueueBound(target, n))
+		}
+		return memstore.New(opts...)
+	})
+}

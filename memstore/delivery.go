@@ -31,9 +31,15 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 		return ledger.DeliveryResult{}, err
 	}
 	// Build the record (and its payload copy) before taking the lock.
-	d := ledger.NewDelivery(req, s.cfg.policy, ledger.Normalize(now))
+	now = ledger.Normalize(now)
+	d := ledger.NewDelivery(req, s.cfg.policy, now)
 	s.mu.Lock()
 	r := s.enqueueLocked(req, &d)
+	if r.Outcome == ledger.OutcomeApplied && s.cfg.bounds.Any() {
+		if r.Abandoned = s.boundQueue(d.Target, now); len(r.Abandoned) > 0 {
+			d = *s.recs[s.records[d.ID]] // it may be one of them
+		}
+	}
 	s.mu.Unlock()
 	if r.Outcome == ledger.OutcomeApplied {
 		r.Delivery = d.Clone() // d is what was stored
@@ -67,6 +73,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 		} else {
 			out[i].Outcome = ledger.OutcomeApplied
 		}
+	}
+	if s.cfg.bounds.Any() {
+		s.boundBatch(reqs, out, built, now)
 	}
 	s.mu.Unlock()
 	for i := range out {

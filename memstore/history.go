@@ -32,8 +32,9 @@ func WithoutHistory() Option {
 // and appends one entry, so the last Seq always equals the Version.
 //
 // The creation entry is not stored at all: every record starts the same
-// way (Offered, or Pending, by OpEnqueue, at its CreatedAt, which never
-// changes), so History rebuilds it from the record. A store of open records
+// way (Offered, or Pending, by OpEnqueue or, for a redriven record,
+// OpRedrive, at its CreatedAt, which never changes), so History rebuilds
+// it from the record (ledger.DeliveryCreation, EntryCreation). A store of open records
 // that were never touched thus pays nothing for their history.
 
 // event is one stored history entry after the creation one: 64 bytes, its
@@ -99,18 +100,12 @@ func newEvent(t ledger.Transition, actor ledger.Owner, code func(string) uint8) 
 	}
 }
 
-// expand returns the whole history of a record created at created in
-// state first, followed by events: the creation entry, then one entry per
-// event.
-func expand(created time.Time, first string, events []event, states []string) []ledger.Transition {
+// expand returns the whole history of a record: its creation entry
+// (ledger.DeliveryCreation or EntryCreation, which the record implies),
+// then one entry per event.
+func expand(creation ledger.Transition, events []event, states []string) []ledger.Transition {
 	out := make([]ledger.Transition, 0, len(events)+1)
-	out = append(out, ledger.Transition{
-		Seq:     1,
-		Op:      ledger.OpEnqueue,
-		To:      first,
-		Outcome: ledger.OutcomeApplied,
-		At:      created,
-	})
+	out = append(out, creation)
 	for i := range events {
 		out = append(out, events[i].transition(int64(i+2), states))
 	}
@@ -155,11 +150,11 @@ func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Tra
 	s.mu.Lock()
 	slot, ok := s.records[id]
 	var (
-		created time.Time
-		events  []event
+		creation ledger.Transition
+		events   []event
 	)
 	if ok && !s.cfg.noHistory {
-		created = s.recs[slot].CreatedAt
+		creation = ledger.DeliveryCreation(s.recs[slot])
 		// Copied under the lock: the list grows in place with the next
 		// transition, and nothing handed out may share memory with it.
 		events = append([]event(nil), s.hist[slot]...)
@@ -171,7 +166,7 @@ func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Tra
 	case s.cfg.noHistory:
 		return []ledger.Transition{}, nil
 	}
-	return expand(created, string(ledger.DeliveryStateOffered), events, deliveryStates[:]), nil
+	return expand(creation, events, deliveryStates[:]), nil
 }
 
 // recordEntry appends to p's history the entry of its change to after,
@@ -208,11 +203,11 @@ func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]l
 	o.mu.Lock()
 	p, ok := o.entries[id]
 	var (
-		created time.Time
-		events  []event
+		creation ledger.Transition
+		events   []event
 	)
 	if ok && !o.cfg.noHistory {
-		created = p.CreatedAt
+		creation = ledger.EntryCreation(&p.OutboxEntry)
 		events = append([]event(nil), p.hist...)
 	}
 	o.mu.Unlock()
@@ -222,7 +217,7 @@ func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]l
 	case o.cfg.noHistory:
 		return []ledger.Transition{}, nil
 	}
-	return expand(created, string(ledger.OutboxStatusPending), events, outboxStatuses[:]), nil
+	return expand(creation, events, outboxStatuses[:]), nil
 }
 
 // operations lists every operation by its code; code 0 is none. It is a
@@ -234,6 +229,7 @@ var operations = [...]ledger.Operation{
 	ledger.OpAbandon, ledger.OpExpireCeremony, ledger.OpSupersede, ledger.OpReclaim,
 	ledger.OpRenewLease, ledger.OpSave, ledger.OpMarkDelivered, ledger.OpMarkDeadLettered,
 	ledger.OpClaim, ledger.OpReleaseClaim, ledger.OpSaveClaim, ledger.OpRenewClaim,
+	ledger.OpRedrive,
 }
 
 // opCode returns the code of op in operations (0 for none). It is a switch
@@ -281,6 +277,8 @@ func opCode(op ledger.Operation) uint8 {
 		return 19
 	case ledger.OpRenewClaim:
 		return 20
+	case ledger.OpRedrive:
+		return 21
 	}
 	return 0
 }

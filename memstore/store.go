@@ -26,6 +26,8 @@ type config struct {
 	// noHistory switches history recording off (WithoutHistory); the zero
 	// config records it.
 	noHistory bool
+	// bounds are the targets' queue bounds (bound.go).
+	bounds ledger.QueueBounds
 }
 
 func newConfig(opts []Option) config {
