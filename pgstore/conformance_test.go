@@ -5,6 +5,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/ledgertest"
+	"github.com/leaseledger/ledger/pgstore"
 )
 
 func TestConformance(t *testing.T) {
@@ -20,6 +21,16 @@ func TestConformance(t *testing.T) {
 		ledgertest.TestClaimStore(t, func(t *testing.T) ledger.ClaimStore {
 			s, _ := newStore(t)
 			return s.Outbox()
+		})
+	})
+	t.Run("QueueBounds", func(t *testing.T) {
+		ledgertest.TestQueueBounds(t, func(t *testing.T, b ledger.QueueBounds) ledger.Ledger {
+			opts := []pgstore.Option{pgstore.WithQueueBound(b.Default)}
+			for target, n := range b.Targets {
+				opts = append(opts, pgstore.WithTargetQueueBound(target, n))
+			}
+			s, _ := newStore(t, opts...)
+			return s
 		})
 	})
 }

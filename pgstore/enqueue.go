@@ -110,6 +110,12 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		if err := copyIn(ctx, tx, pgx.Identifier{s.cfg.schema, "deliveries"}, columns, fresh); err != nil {
 			return false, err
 		}
+		var abandoned map[ledger.Target][]ledger.Delivery
+		if s.cfg.bounds.Any() && len(fresh) > 0 {
+			if abandoned, err = s.boundEnqueued(ctx, tx, ids, held, records, now); err != nil {
+				return false, err
+			}
+		}
 		results = make([]ledger.DeliveryResult, len(reqs))
 		for i, req := range reqs {
 			if d, ok := held[req.ID]; ok {
@@ -119,6 +125,9 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 			d := records[req.ID]
 			results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: d.Clone()}
 			held[req.ID] = d // later requests with this ID are judged against it
+		}
+		if abandoned != nil {
+			reportAbandoned(reqs, results, abandoned)
 		}
 		return s.notifyInserted(ctx, tx, ChannelDeliveries, len(fresh) > 0)
 	})

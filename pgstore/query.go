@@ -38,6 +38,9 @@ const (
 	openWhere = `state IN ('offered', 'leased', 'acknowledged')`
 	// supersedableWhere mirrors ledger.Delivery.Supersedable.
 	supersedableWhere = `state IN ('offered', 'leased')`
+	// queuedWhere mirrors ledger.Delivery.Queued: a target's queue, which
+	// deliveries_offerable_target_idx holds by target.
+	queuedWhere = `state IN ('offered', 'leased')`
 
 	// pendingWhere mirrors OutboxEntry.PendingClaimable, less the claim
 	// (see claimTemplate). pendingOrder is OutboxEntry.PendingBefore with ties
@@ -233,6 +236,17 @@ type queries struct {
 
 	// browse holds the reads of operators' tools (browse.go).
 	browse browseQueries
+
+	// Bounded queues (bound.go): the length of target $1's queue,
+	// counted up to $2; its $2 oldest Offered rows, locked.
+	queueLength, oldestOffered string
+
+	// Redrive (redrive.go): the insert of one new record, with
+	// creation_implied false (its creation entry is written); the
+	// redrivable records after the position ($1, $2), ended before $3,
+	// of the states $4 and targets (providers) $5, up to $6, locked.
+	insertDelivery, insertEntry             string
+	redrivableDeliveries, redrivableEntries string
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -322,6 +336,20 @@ func newQueries(schema string) *queries {
 		deliveryHistory:       readHistory(deliveries, deliveryHistory),
 		entryHistory:          readHistory(outbox, entryHistory),
 	}
+	q.queueLength = "SELECT count(*) FROM (SELECT 1 FROM " + deliveries + " WHERE target = $1 AND " + queuedWhere + " LIMIT $2) AS q"
+	q.oldestOffered = selectFrom(dcols, deliveries) + " WHERE target = $1 AND state = 'offered' ORDER BY " + offerableOrder + " LIMIT $2 FOR UPDATE SKIP LOCKED"
+	q.insertDelivery = "INSERT INTO " + deliveries + " (" + strings.Join(dcols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(dcols)) + ", false)"
+	q.insertEntry = "INSERT INTO " + outbox + " (" + strings.Join(ocols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(ocols)) + ", false)"
+	// Both walk the index of ended records (migrations/0004) from the
+	// position on, the keyset (ended_at, id).
+	redrivable := func(cols []string, table, state, filter string) string {
+		return selectFrom(cols, table) + ` WHERE ended_at IS NOT NULL AND (ended_at, id) > ($1::timestamptz, $2::text)
+			AND ($3::timestamptz IS NULL OR ended_at < $3) AND redriven_to IS NULL
+			AND ` + state + ` = ANY($4::text[]) AND (cardinality($5::text[]) = 0 OR ` + filter + ` = ANY($5::text[]))
+			ORDER BY ended_at, id LIMIT $6 FOR UPDATE`
+	}
+	q.redrivableDeliveries = redrivable(dcols, deliveries, "state", "target")
+	q.redrivableEntries = redrivable(ocols, outbox, "status", "provider")
 	q.grantFailure, q.grantReason = grantProbe()
 	q.browse = newBrowseQueries(schema, dcols, ocols)
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")

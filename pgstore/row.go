@@ -76,13 +76,15 @@ type deliveryRow struct {
 	CauseKind, CauseDetail                     *string
 	CreatedAt, UpdatedAt                       time.Time
 	EndedAt                                    *time.Time
+	RedrivenFrom, RedrivenTo                   *string
 	Version                                    int64
 }
 
 // columns lists r's columns: id comes first and version last, which the
 // UPDATE statement in query.go relies on. The order is the statements'
 // own; the table's differs for columns later migrations added at its end
-// (enqueued_target), and no statement depends on it.
+// (enqueued_target, redriven_from, redriven_to), and no statement depends
+// on it.
 func (r *deliveryRow) columns() []column {
 	return []column{
 		{"id", &r.ID}, {"target", &r.Target}, {"enqueued_target", &r.EnqueuedTarget}, {"ceremony", &r.Ceremony}, {"payload", &r.Payload},
@@ -105,6 +107,7 @@ func (r *deliveryRow) columns() []column {
 		{"last_failure_incarnation", &r.LastFailureIncarnation}, {"last_failure_at", &r.LastFailureAt},
 		{"cause_kind", &r.CauseKind}, {"cause_detail", &r.CauseDetail},
 		{"created_at", &r.CreatedAt}, {"updated_at", &r.UpdatedAt}, {"ended_at", &r.EndedAt},
+		{"redriven_from", &r.RedrivenFrom}, {"redriven_to", &r.RedrivenTo},
 		{"version", &r.Version},
 	}
 }
@@ -131,6 +134,8 @@ func newDeliveryRow(d ledger.Delivery) (deliveryRow, error) {
 		CreatedAt:      d.CreatedAt,
 		UpdatedAt:      d.UpdatedAt,
 		EndedAt:        optTime(d.EndedAt),
+		RedrivenFrom:   optString(string(d.RedrivenFrom)),
+		RedrivenTo:     optString(string(d.RedrivenTo)),
 		Version:        d.Version,
 	}
 	if l := d.Lease; l != nil {
@@ -196,6 +201,8 @@ func (r *deliveryRow) delivery() ledger.Delivery {
 		CreatedAt:        ledger.Normalize(r.CreatedAt),
 		UpdatedAt:        ledger.Normalize(r.UpdatedAt),
 		EndedAt:          fromOptTime(r.EndedAt),
+		RedrivenFrom:     ledger.DeliveryID(deref(r.RedrivenFrom)),
+		RedrivenTo:       ledger.DeliveryID(deref(r.RedrivenTo)),
 		Version:          r.Version,
 	}
 	if r.LeaseToken != nil {
@@ -268,6 +275,7 @@ type outboxRow struct {
 	EndedClaimAt                    *time.Time
 	CreatedAt, UpdatedAt            time.Time
 	EndedAt                         *time.Time
+	RedrivenFrom, RedrivenTo        *string
 	Version                         int64
 }
 
@@ -284,6 +292,7 @@ func (r *outboxRow) columns() []column {
 		{"ended_claim_token", &r.EndedClaimToken}, {"ended_claim_seq", &r.EndedClaimSeq},
 		{"ended_claim_op", &r.EndedClaimOp}, {"ended_claim_at", &r.EndedClaimAt},
 		{"created_at", &r.CreatedAt}, {"updated_at", &r.UpdatedAt}, {"ended_at", &r.EndedAt},
+		{"redriven_from", &r.RedrivenFrom}, {"redriven_to", &r.RedrivenTo},
 		{"version", &r.Version},
 	}
 }
@@ -305,6 +314,8 @@ func newOutboxRow(e ledger.OutboxEntry) (outboxRow, error) {
 		CreatedAt:        e.CreatedAt,
 		UpdatedAt:        e.UpdatedAt,
 		EndedAt:          optTime(e.EndedAt),
+		RedrivenFrom:     optString(string(e.RedrivenFrom)),
+		RedrivenTo:       optString(string(e.RedrivenTo)),
 		Version:          e.Version,
 	}
 	if le := e.LastError; le != nil {
@@ -345,6 +356,8 @@ func (r *outboxRow) entry() ledger.OutboxEntry {
 		CreatedAt:        ledger.Normalize(r.CreatedAt),
 		UpdatedAt:        ledger.Normalize(r.UpdatedAt),
 		EndedAt:          fromOptTime(r.EndedAt),
+		RedrivenFrom:     ledger.OutboxEntryID(deref(r.RedrivenFrom)),
+		RedrivenTo:       ledger.OutboxEntryID(deref(r.RedrivenTo)),
 		Version:          r.Version,
 	}
 	if r.LastErrorMessage != nil {

@@ -57,8 +57,9 @@ type config struct {
 	dbClock       bool
 	logger        *slog.Logger
 	skewThreshold time.Duration
-	group         groupConfig // group commit (group.go)
-	err           error       // the first invalid option
+	group         groupConfig        // group commit (group.go)
+	bounds        ledger.QueueBounds // the targets' queue bounds (bound.go)
+	err           error              // the first invalid option
 }
 
 // Option configures New.

@@ -1,0 +1,380 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
+)
+
+// Compile-time checks that both stores redrive.
+var (
+	_ ledger.Redriver       = (*Store)(nil)
+	_ ledger.OutboxRedriver = (*Outbox)(nil)
+)
+
+// This file is redrive (see redrive.go in the root package for the
+// rules). One call is one transaction: lock the originals (FOR UPDATE,
+// never skipped: a redrive waits for a concurrent one of the same record
+// and then finds it redriven), read the records their new IDs name, let
+// the root package decide, insert the new records (with their creation
+// entry, which names the original, so not implied) and write the
+// originals back with their history entries. An insert that loses its ID
+// to a concurrent insert fails with a unique violation and the call runs
+// again, as Enqueue does; it then finds the ID taken. Originals are
+// terminal before and after, so the terminal counts do not change; a
+// delivery's bound, when its target has one, abandons what it must (see
+// bound.go), its count changes written last.
+
+// Redrive sends a Failed or Expired delivery again as a new Offered one
+// linked to it (see ledger.Redriver). Outcomes: Applied, NotFound,
+// Repeated, WrongState, Conflict. Errors: ErrInvalid, ctx.Err(), database
+// errors wrapped with the operation.
+func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time.Time) (ledger.RedriveResult, error) {
+	if err := s.check(ctx, ledger.ValidateRedrive(req, now)); err != nil {
+		return ledger.RedriveResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "redrive", now)
+	if err != nil {
+		return ledger.RedriveResult{}, err
+	}
+	now = ledger.Normalize(now)
+	var res ledger.RedriveResult
+	err = s.enqueueOnce(ctx, "redrive", func(tx pgx.Tx) (bool, error) {
+		res = ledger.RedriveResult{}
+		d, err := scanDelivery(tx.QueryRow(ctx, s.q.lockDelivery, string(req.ID)))
+		if noRows(err) {
+			res.Outcome = ledger.OutcomeNotFound
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		rs, err := s.redrive(ctx, tx, []ledger.Delivery{d}, req.NewID, now)
+		if err != nil {
+			return false, err
+		}
+		res = rs[0]
+		return s.notifyInserted(ctx, tx, ChannelDeliveries, res.Applied())
+	})
+	if err != nil {
+		return ledger.RedriveResult{}, err
+	}
+	return res, nil
+}
+
+// RedriveMatching redrives up to q.Limit deliveries matching q, oldest
+// EndedAt first (see ledger.Redriver), in one transaction. It reads them
+// through the index of ended records from the cursor on, so its cost
+// grows with the ended records it passes over, of every state and target,
+// and not only with those it redrives. Errors as Redrive.
+func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now time.Time) (ledger.RedriveBatch, error) {
+	after, verr := ledger.ValidateRedriveQuery(q, now)
+	if err := s.check(ctx, verr); err != nil {
+		return ledger.RedriveBatch{}, err
+	}
+	now, err := s.decisionTime(ctx, "redrive matching", now)
+	if err != nil {
+		return ledger.RedriveBatch{}, err
+	}
+	now = ledger.Normalize(now)
+	states := make([]string, 0, 2)
+	for _, st := range q.States {
+		states = append(states, string(st))
+	}
+	if len(states) == 0 {
+		states = append(states, string(ledger.DeliveryStateFailed), string(ledger.DeliveryStateExpired))
+	}
+	targets := make([]string, len(q.Targets))
+	for i, t := range q.Targets {
+		targets[i] = string(t)
+	}
+	var batch ledger.RedriveBatch
+	err = s.enqueueOnce(ctx, "redrive matching", func(tx pgx.Tx) (bool, error) {
+		batch = ledger.RedriveBatch{}
+		rows, err := tx.Query(ctx, s.q.redrivableDeliveries, redriveArgs(after, q.EndedBefore, states, targets, q.Limit)...)
+		if err != nil {
+			return false, err
+		}
+		ds, err := collectDeliveries(rows)
+		if err != nil {
+			return false, err
+		}
+		if len(ds) == q.Limit {
+			last := ds[len(ds)-1]
+			batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
+		}
+		if batch.Results, err = s.redrive(ctx, tx, ds, "", now); err != nil {
+			return false, err
+		}
+		return s.notifyInserted(ctx, tx, ChannelDeliveries, batch.Redriven() > 0)
+	})
+	if err != nil {
+		return ledger.RedriveBatch{}, err
+	}
+	return batch, nil
+}
+
+// redriveArgs are the parameters of the redrivable statements.
+func redriveArgs(after ledger.RedrivePosition, endedBefore time.Time, states, filter []string, limit int) []any {
+	from := after.EndedAt
+	if from.IsZero() {
+		from = ledger.MinTime() // every ended_at is at or after it, every ID after ""
+	}
+	return []any{from, after.ID, optTime(ledger.Normalize(endedBefore)), states, filter, limit}
+}
+
+// redrive redrives the locked deliveries ds, in order, each as newID
+// (empty: derived), and answers one result each.
+func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, newID ledger.DeliveryID, now time.Time) ([]ledger.RedriveResult, error) {
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = string(d.RedriveAs(newID))
+	}
+	rows, err := tx.Query(ctx, s.q.deliveriesByID, ids)
+	if err != nil {
+		return nil, err
+	}
+	found, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, err
+	}
+	existing := make(map[ledger.DeliveryID]ledger.Delivery, len(found))
+	for _, d := range found {
+		existing[d.ID] = d
+	}
+	results := make([]ledger.RedriveResult, len(ds))
+	var (
+		changes  []deliveryChange
+		inserts  []ledger.Delivery
+		hist     historyRows
+		at       = map[ledger.DeliveryID]int{} // the result of each new record
+		newTargs []ledger.Target
+	)
+	for i, d := range ds {
+		e, taken := existing[ledger.DeliveryID(ids[i])]
+		orig, fresh, o := d.Redrive(newID, taken, now)
+		results[i] = ledger.RedriveResult{Outcome: o, Original: orig}
+		switch o {
+		case ledger.OutcomeRepeated:
+			if taken {
+				results[i].Redriven = e
+			}
+		case ledger.OutcomeApplied:
+			changes = append(changes, changeOf(how{op: ledger.OpRedrive}, d, orig))
+			inserts = append(inserts, fresh)
+			existing[fresh.ID] = fresh // a later original redriven as it finds it taken
+			results[i].Redriven = fresh
+			at[fresh.ID] = i
+			newTargs = append(newTargs, fresh.Target)
+			if !s.cfg.noHistory {
+				hist.add(string(fresh.ID), ledger.DeliveryCreation(&fresh))
+			}
+		}
+	}
+	if len(inserts) == 0 {
+		return results, nil
+	}
+	b := &pgx.Batch{}
+	for _, d := range inserts {
+		r, err := newDeliveryRow(d)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(s.q.insertDelivery, pointers(r.columns())...)
+	}
+	hist.queue(b, s.q.insertDeliveryHistory)
+	if _, err := execBatch(ctx, tx, b); err != nil {
+		return nil, err
+	}
+	counts := deliveryCounts{}
+	if err := s.writeDeliveries(ctx, tx, changes, counts); err != nil {
+		return nil, err
+	}
+	if s.cfg.bounds.Any() {
+		abandoned, err := s.boundQueues(ctx, tx, s.boundedTargets(newTargs), now, counts)
+		if err != nil {
+			return nil, err
+		}
+		for t, gone := range abandoned {
+			last := -1
+			for _, d := range gone {
+				if i, ok := at[d.ID]; ok {
+					results[i].Redriven = d
+				}
+			}
+			// Listed on the last redrive for the target, as EnqueueBatch
+			// lists them on its last request.
+			for j := range results {
+				if results[j].Applied() && results[j].Redriven.Target == t {
+					last = j
+				}
+			}
+			for _, d := range gone {
+				results[last].Abandoned = append(results[last].Abandoned, d.ID)
+			}
+		}
+	}
+	b = &pgx.Batch{}
+	counts.queue(b, s.q, false)
+	if _, err := execBatch(ctx, tx, b); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// RedriveEntry sends a Failed or DeadLettered entry again as a new Pending
+// one linked to it (see ledger.OutboxRedriver), stamped with the store's
+// clock. Outcomes: Applied, NotFound, Repeated, WrongState, Conflict.
+// Errors: ErrInvalid, ctx.Err(), database errors wrapped with the
+// operation.
+func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryRequest) (ledger.RedriveEntryResult, error) {
+	s := o.s
+	if err := s.check(ctx, ledger.ValidateRedriveEntry(req)); err != nil {
+		return ledger.RedriveEntryResult{}, err
+	}
+	now := ledger.Normalize(s.cfg.clock())
+	var res ledger.RedriveEntryResult
+	err := s.enqueueOnce(ctx, "redrive entry", func(tx pgx.Tx) (bool, error) {
+		res = ledger.RedriveEntryResult{}
+		e, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(req.ID)))
+		if noRows(err) {
+			res.Outcome = ledger.OutcomeNotFound
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		rs, err := o.redrive(ctx, tx, []ledger.OutboxEntry{e}, req.IdempotencyKey, now)
+		if err != nil {
+			return false, err
+		}
+		res = rs[0]
+		return s.notifyInserted(ctx, tx, ChannelOutbox, res.Applied())
+	})
+	if err != nil {
+		return ledger.RedriveEntryResult{}, err
+	}
+	return res, nil
+}
+
+// RedriveEntriesMatching redrives up to q.Limit entries matching q,
+// oldest EndedAt first (see ledger.OutboxRedriver), in one transaction,
+// reading them as RedriveMatching does. Errors as RedriveEntry.
+func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEntryQuery) (ledger.RedriveEntryBatch, error) {
+	s := o.s
+	after, verr := ledger.ValidateRedriveEntryQuery(q)
+	if err := s.check(ctx, verr); err != nil {
+		return ledger.RedriveEntryBatch{}, err
+	}
+	now := ledger.Normalize(s.cfg.clock())
+	statuses := make([]string, 0, 2)
+	for _, st := range q.Statuses {
+		statuses = append(statuses, string(st))
+	}
+	if len(statuses) == 0 {
+		statuses = append(statuses, string(ledger.OutboxStatusFailed), string(ledger.OutboxStatusDeadLettered))
+	}
+	providers := append([]string{}, q.Providers...)
+	var batch ledger.RedriveEntryBatch
+	err := s.enqueueOnce(ctx, "redrive entries matching", func(tx pgx.Tx) (bool, error) {
+		batch = ledger.RedriveEntryBatch{}
+		rows, err := tx.Query(ctx, s.q.redrivableEntries, redriveArgs(after, q.EndedBefore, statuses, providers, q.Limit)...)
+		if err != nil {
+			return false, err
+		}
+		es, err := collectEntries(rows)
+		if err != nil {
+			return false, err
+		}
+		if len(es) == q.Limit {
+			last := es[len(es)-1]
+			batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
+		}
+		if batch.Results, err = o.redrive(ctx, tx, es, "", now); err != nil {
+			return false, err
+		}
+		return s.notifyInserted(ctx, tx, ChannelOutbox, batch.Redriven() > 0)
+	})
+	if err != nil {
+		return ledger.RedriveEntryBatch{}, err
+	}
+	return batch, nil
+}
+
+// redrive redrives the locked entries es, in order, each under key
+// (empty: derived), and answers one result each.
+func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry, key string, now time.Time) ([]ledger.RedriveEntryResult, error) {
+	s := o.s
+	if len(es) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = string(e.RedriveAs(key))
+	}
+	rows, err := tx.Query(ctx, s.q.entriesByID, ids)
+	if err != nil {
+		return nil, err
+	}
+	found, err := collectEntries(rows)
+	if err != nil {
+		return nil, err
+	}
+	existing := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(found))
+	for _, e := range found {
+		existing[e.ID] = e
+	}
+	results := make([]ledger.RedriveEntryResult, len(es))
+	b := &pgx.Batch{}
+	var hist historyRows
+	var updates int
+	for i, e := range es {
+		ex, taken := existing[ledger.OutboxEntryID(ids[i])]
+		orig, fresh, out := e.Redrive(key, taken, now)
+		results[i] = ledger.RedriveEntryResult{Outcome: out, Original: orig}
+		switch out {
+		case ledger.OutcomeRepeated:
+			if taken {
+				results[i].Redriven = ex
+			}
+		case ledger.OutcomeApplied:
+			existing[fresh.ID] = fresh
+			results[i].Redriven = fresh
+			nr, err := newOutboxRow(fresh)
+			if err != nil {
+				return nil, err
+			}
+			b.Queue(s.q.insertEntry, pointers(nr.columns())...)
+			or, err := newOutboxRow(orig)
+			if err != nil {
+				return nil, err
+			}
+			b.Queue(s.q.updateEntry, updateArgs(e.Version, pointers(or.columns()))...)
+			updates++
+			if !s.cfg.noHistory {
+				hist.add(string(fresh.ID), ledger.EntryCreation(&fresh))
+				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive}, e, orig).t)
+			}
+		}
+	}
+	if updates == 0 {
+		return results, nil
+	}
+	hist.queue(b, s.q.insertEntryHistory)
+	done, err := execBatch(ctx, tx, b)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < 2*updates; i += 2 {
+		if !done[i] {
+			return nil, errRowChanged
+		}
+	}
+	return results, nil
+}
