@@ -11,7 +11,7 @@
 // Subtests are named after the rule they check (Enqueue/SameContentIsRepeated).
 // There are no capability flags: a store passes the whole suite or it does
 // not conform. The groups for optional interfaces (Renewer, Purger,
-// Historian, StatsReporter, EndedLister and their outbox twins,
+// Historian, StatsReporter, EndedLister, Redriver and their outbox twins,
 // OutboxLister) run when the store
 // implements the interface and skip, saying which, when it does not. Time moves only by passing later now values computed from a
 // fixed t0; nothing sleeps. Invariant checkers return errors so that the
@@ -71,6 +71,7 @@ var ledgerGroups = []struct {
 	{"List", testList},
 	{"ListEnded", testListEnded},
 	{"PurgeDeliveries", testPurgeDeliveries},
+	{"Redrive", testRedrive},
 	{"History", testHistory},
 	{"Stats", testStats},
 	{"Validation", testValidation},
@@ -94,6 +95,7 @@ var claimGroups = []struct {
 	{"ListEntries", testListEntries},
 	{"ListEndedEntries", testListEndedEntries},
 	{"PurgeEntries", testPurgeEntries},
+	{"Redrive", testEntryRedrive},
 	{"History", testEntryHistory},
 	{"Stats", testOutboxStats},
 	{"Validation", testOutboxValidation},

@@ -48,6 +48,19 @@ var brokenSuites = map[string]func(t *testing.T){
 	"ledger-stale-token": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleTokenLedger{memstore.New()} })
 	},
+	"bounds-intact": func(t *testing.T) {
+		ledgertest.TestQueueBounds(t, func(_ *testing.T, b ledger.QueueBounds) ledger.Ledger {
+			opts := []memstore.Option{memstore.WithQueueBound(b.Default)}
+			for target, n := range b.Targets {
+				opts = append(opts, memstore.WithTargetQueueBound(target, n))
+			}
+			return memstore.New(opts...)
+		})
+	},
+	// bounds-ignored is a store that was never told its bounds.
+	"bounds-ignored": func(t *testing.T) {
+		ledgertest.TestQueueBounds(t, func(*testing.T, ledger.QueueBounds) ledger.Ledger { return memstore.New() })
+	},
 }
 
 // TestBrokenStoreHelper is not a test on its own: TestSuiteFailsOnBrokenStores
@@ -101,6 +114,13 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
 		{mode: "ledger-stale-token", failed: ledgerStaleTokenFailures},
+		{mode: "bounds-intact"},
+		{mode: "bounds-ignored", failed: []string{
+			"OverTheBoundAbandonsTheOldestOffered",
+			"NewDeliveryIsAbandonedWhenNothingOlderIsOffered",
+			"BatchSaysSoOnTheLastRequestOfTheTarget",
+			"ConcurrentEnqueuesNeverLeaveMoreThanTheBound",
+		}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
