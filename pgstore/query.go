@@ -336,7 +336,12 @@ func newQueries(schema string) *queries {
 		deliveryHistory:       readHistory(deliveries, deliveryHistory),
 		entryHistory:          readHistory(outbox, entryHistory),
 	}
-	q.queueLength = "SELECT count(*) FROM (SELECT 1 FROM " + deliveries + " WHERE target = $1 AND " + queuedWhere + " LIMIT $2) AS q"
+	// The count's ORDER BY is the index's own order: without it, the
+	// planner may read a target that holds most of the open rows from
+	// the start of the table, or through another index, instead of its
+	// own range of deliveries_offerable_target_idx.
+	q.queueLength = "SELECT count(*) FROM (SELECT 1 FROM " + deliveries + " WHERE target = $1 AND " + queuedWhere +
+		" ORDER BY " + offerableOrder + " LIMIT $2) AS q"
 	q.oldestOffered = selectFrom(dcols, deliveries) + " WHERE target = $1 AND state = 'offered' ORDER BY " + offerableOrder + " LIMIT $2 FOR UPDATE SKIP LOCKED"
 	q.insertDelivery = "INSERT INTO " + deliveries + " (" + strings.Join(dcols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(dcols)) + ", false)"
 	q.insertEntry = "INSERT INTO " + outbox + " (" + strings.Join(ocols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(ocols)) + ", false)"

@@ -123,6 +123,9 @@ func redriveArgs(after ledger.RedrivePosition, endedBefore time.Time, states, fi
 	if from.IsZero() {
 		from = ledger.MinTime() // every ended_at is at or after it, every ID after ""
 	}
+	if filter == nil {
+		filter = []string{} // NULL would match nothing
+	}
 	return []any{from, after.ID, optTime(ledger.Normalize(endedBefore)), states, filter, limit}
 }
 
