@@ -63,7 +63,8 @@ import (
 // taken); Applied. Errors: ErrInvalid, ctx.Err(), store errors.
 //
 // RedriveMatching redrives, in one transaction, up to q.Limit deliveries
-// matching q that were never redriven, oldest EndedAt first (then ID),
+// matching q that were never redriven and ended before q.Cutoff(now),
+// oldest EndedAt first (then ID),
 // each as Redrive with a derived ID would, and answers one result per
 // delivery examined: Applied, or Conflict when its derived ID is taken.
 // Follow RedriveBatch.Next to the end to redrive everything that matches.
@@ -110,7 +111,8 @@ type RedriveQuery struct {
 	// States is a subset of Failed and Expired; empty means both.
 	States  []DeliveryState
 	Targets []Target
-	// EndedBefore, when not zero, keeps only what ended before it.
+	// EndedBefore, when not zero, keeps only what ended before it; a
+	// call never takes what ended at or after its now (see Cutoff).
 	EndedBefore time.Time
 	// Limit is how many deliveries one call examines, 1 to MaxLimit.
 	Limit int
@@ -325,23 +327,42 @@ func (e OutboxEntry) Redrive(key string, taken bool, now time.Time) (original, r
 	return e, redriven, OutcomeApplied
 }
 
-// Matches reports whether RedriveMatching with q's filters takes d
+// Matches reports whether RedriveMatching at now with q's filters takes d
 // (cursor aside): d is Redrivable, in one of q's states, for one of its
-// targets, and ended before EndedBefore.
-func (q RedriveQuery) Matches(d Delivery) bool {
+// targets, and ended before q.Cutoff(now).
+func (q RedriveQuery) Matches(d Delivery, now time.Time) bool {
 	return d.Redrivable() &&
 		(len(q.States) == 0 || contains(q.States, d.State)) &&
 		(len(q.Targets) == 0 || contains(q.Targets, d.Target)) &&
-		(q.EndedBefore.IsZero() || d.EndedAt.Before(Normalize(q.EndedBefore)))
+		d.EndedAt.Before(q.Cutoff(now))
+}
+
+// Cutoff returns the time before which a delivery must have ended for
+// RedriveMatching at now to take it: EndedBefore when it is set and
+// earlier, else now. What the call's own redrives end (a queue bound
+// abandons as it redrives) ends at now, so a call never chases it; a
+// caller that pages through several calls should set EndedBefore to the
+// time it started, so that the pass does not either.
+func (q RedriveQuery) Cutoff(now time.Time) time.Time {
+	return cutoff(q.EndedBefore, now)
 }
 
 // Matches reports whether RedriveEntriesMatching with q's filters takes e
-// (cursor aside).
+// (cursor aside). Redriving an entry ends nothing, so unlike
+// RedriveQuery there is no cutoff at the call's time: only EndedBefore.
 func (q RedriveEntryQuery) Matches(e OutboxEntry) bool {
 	return e.Redrivable() &&
 		(len(q.Statuses) == 0 || contains(q.Statuses, e.Status)) &&
 		(len(q.Providers) == 0 || contains(q.Providers, e.Envelope.Provider)) &&
 		(q.EndedBefore.IsZero() || e.EndedAt.Before(Normalize(q.EndedBefore)))
+}
+
+func cutoff(endedBefore, now time.Time) time.Time {
+	now = Normalize(now)
+	if !endedBefore.IsZero() && Normalize(endedBefore).Before(now) {
+		return Normalize(endedBefore)
+	}
+	return now
 }
 
 // RedrivePosition is where RedriveMatching (or RedriveEntriesMatching)

@@ -50,6 +50,7 @@ var boundRules = []struct {
 	{"RepeatedEnqueueAbandonsNothing", ledger.QueueBounds{Default: 1}, boundRepeatedAbandonsNothing},
 	{"BatchSaysSoOnTheLastRequestOfTheTarget", ledger.QueueBounds{Default: 2}, boundBatch},
 	{"RedriveIsBoundedToo", ledger.QueueBounds{Default: 1}, boundRedrive},
+	{"RedriveMatchingNeverChasesWhatItAbandons", ledger.QueueBounds{Default: 1}, boundRedriveMatching},
 	{"AbandonedEndIsInTheHistory", ledger.QueueBounds{Default: 1}, boundHistory},
 	{"ConcurrentEnqueuesNeverLeaveMoreThanTheBound", ledger.QueueBounds{Default: 5}, boundConcurrentEnqueues},
 }
@@ -200,6 +201,24 @@ func boundRedrive(t *testing.T, f *ledgerFixture) {
 	require.Equal(t, []ledger.DeliveryID{"d-2"}, res.Abandoned)
 	f.requireBoundedOut(now, "d-2")
 	require.Equal(t, []ledger.DeliveryID{"d-1/redrive"}, f.queued("host-1"))
+}
+
+func boundRedriveMatching(t *testing.T, f *ledgerFixture) {
+	f.redriver()
+	f.failedAt("x-1", "host-1", at(time.Second))
+	f.failedAt("x-2", "host-1", at(2*time.Second))
+	now := at(time.Minute)
+	b, err := f.redriver().RedriveMatching(f.ctx, ledger.RedriveQuery{Limit: 10}, now)
+	require.NoError(t, err)
+	require.Equal(t, []ledger.DeliveryID{"x-1", "x-2"}, redrivenIDs(b.Results))
+	require.Equal(t, []ledger.DeliveryID{"x-1/redrive"}, b.Results[1].Abandoned)
+	f.requireBoundedOut(now, "x-1/redrive")
+	// What the call abandoned ended at its now: neither it nor a later
+	// call at that time takes it, so a pass cannot chase its own tail.
+	again, err := f.redriver().RedriveMatching(f.ctx, ledger.RedriveQuery{Limit: 10}, now)
+	require.NoError(t, err)
+	require.Empty(t, again.Results)
+	require.Equal(t, []ledger.DeliveryID{"x-2/redrive"}, f.queued("host-1"))
 }
 
 func boundHistory(t *testing.T, f *ledgerFixture) {

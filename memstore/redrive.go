@@ -48,7 +48,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	s.mu.Lock()
 	var picks []*ledger.Delivery
 	for _, p := range s.recs {
-		if q.Matches(*p) && after.After(p.EndedAt, string(p.ID)) {
+		if q.Matches(*p, now) && after.After(p.EndedAt, string(p.ID)) {
 			picks = append(picks, p)
 		}
 	}

@@ -66,6 +66,26 @@ func maskWith(v any, tok func(ledger.Token) ledger.Token) any {
 			out = append(out, maskEntry(e, tok))
 		}
 		return out
+	case ledger.RedriveResult:
+		r.Original, r.Redriven = maskDelivery(r.Original, tok), maskDelivery(r.Redriven, tok)
+		return r
+	case ledger.RedriveBatch:
+		out := make([]ledger.RedriveResult, len(r.Results))
+		for i := range r.Results {
+			out[i] = maskWith(r.Results[i], tok).(ledger.RedriveResult)
+		}
+		r.Results = out
+		return r
+	case ledger.RedriveEntryResult:
+		r.Original, r.Redriven = maskEntry(r.Original, tok), maskEntry(r.Redriven, tok)
+		return r
+	case ledger.RedriveEntryBatch:
+		out := make([]ledger.RedriveEntryResult, len(r.Results))
+		for i := range r.Results {
+			out[i] = maskWith(r.Results[i], tok).(ledger.RedriveEntryResult)
+		}
+		r.Results = out
+		return r
 	case []ledger.ClaimedEntry:
 		var out []ledger.ClaimedEntry
 		for _, c := range r {

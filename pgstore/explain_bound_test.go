@@ -68,7 +68,7 @@ func TestExplainBoundedQueueReadsOnlyTheQueue(t *testing.T) {
 	limit := explainBound + ledger.MaxLimit
 	states := []string{string(ledger.DeliveryStateFailed), string(ledger.DeliveryStateExpired)}
 	statuses := []string{string(ledger.OutboxStatusFailed), string(ledger.OutboxStatusDeadLettered)}
-	from := redriveArgs(ledger.RedrivePosition{}, time.Time{}, states, []string{"bounded"}, 100)
+	from := redriveArgs(ledger.RedrivePosition{}, explainT0, states, []string{"bounded"}, 100)
 	cases := []struct {
 		name, sql string
 		args      []any

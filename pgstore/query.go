@@ -349,7 +349,7 @@ func newQueries(schema string) *queries {
 	// position on, the keyset (ended_at, id).
 	redrivable := func(cols []string, table, state, filter string) string {
 		return selectFrom(cols, table) + ` WHERE ended_at IS NOT NULL AND (ended_at, id) > ($1::timestamptz, $2::text)
-			AND ($3::timestamptz IS NULL OR ended_at < $3) AND redriven_to IS NULL
+			AND ended_at < $3 AND redriven_to IS NULL
 			AND ` + state + ` = ANY($4::text[]) AND (cardinality($5::text[]) = 0 OR ` + filter + ` = ANY($5::text[]))
 			ORDER BY ended_at, id LIMIT $6 FOR UPDATE`
 	}

@@ -94,7 +94,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	var batch ledger.RedriveBatch
 	err = s.enqueueOnce(ctx, "redrive matching", func(tx pgx.Tx) (bool, error) {
 		batch = ledger.RedriveBatch{}
-		rows, err := tx.Query(ctx, s.q.redrivableDeliveries, redriveArgs(after, q.EndedBefore, states, targets, q.Limit)...)
+		rows, err := tx.Query(ctx, s.q.redrivableDeliveries, redriveArgs(after, q.Cutoff(now), states, targets, q.Limit)...)
 		if err != nil {
 			return false, err
 		}
@@ -117,8 +117,10 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	return batch, nil
 }
 
-// redriveArgs are the parameters of the redrivable statements.
-func redriveArgs(after ledger.RedrivePosition, endedBefore time.Time, states, filter []string, limit int) []any {
+// redriveArgs are the parameters of the redrivable statements: what ended
+// after the position after and before the cutoff (see
+// ledger.RedriveQuery.Cutoff).
+func redriveArgs(after ledger.RedrivePosition, cutoff time.Time, states, filter []string, limit int) []any {
 	from := after.EndedAt
 	if from.IsZero() {
 		from = ledger.MinTime() // every ended_at is at or after it, every ID after ""
@@ -126,7 +128,7 @@ func redriveArgs(after ledger.RedrivePosition, endedBefore time.Time, states, fi
 	if filter == nil {
 		filter = []string{} // NULL would match nothing
 	}
-	return []any{from, after.ID, optTime(ledger.Normalize(endedBefore)), states, filter, limit}
+	return []any{from, after.ID, ledger.Normalize(cutoff), states, filter, limit}
 }
 
 // redrive redrives the locked deliveries ds, in order, each as newID
@@ -287,7 +289,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 	var batch ledger.RedriveEntryBatch
 	err := s.enqueueOnce(ctx, "redrive entries matching", func(tx pgx.Tx) (bool, error) {
 		batch = ledger.RedriveEntryBatch{}
-		rows, err := tx.Query(ctx, s.q.redrivableEntries, redriveArgs(after, q.EndedBefore, statuses, providers, q.Limit)...)
+		rows, err := tx.Query(ctx, s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)...)
 		if err != nil {
 			return false, err
 		}
@@ -308,6 +310,15 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 		return ledger.RedriveEntryBatch{}, err
 	}
 	return batch, nil
+}
+
+// entryCutoff is the cutoff of RedriveEntriesMatching: EndedBefore, or
+// none (see ledger.RedriveEntryQuery.Matches).
+func entryCutoff(endedBefore time.Time) time.Time {
+	if endedBefore.IsZero() {
+		return ledger.MaxTime().Add(time.Microsecond) // after every ended_at
+	}
+	return endedBefore
 }
 
 // redrive redrives the locked entries es, in order, each under key
