@@ -109,6 +109,13 @@ func deliveryTable(t *testing.T) string {
 			}
 			return "→ " + string(g.State)
 		}},
+		{"Redrive", func(d Delivery) string {
+			_, fresh, o := d.Redrive("", false, now)
+			if o != OutcomeApplied {
+				return string(o)
+			}
+			return "applied, new " + string(fresh.State)
+		}},
 	}
 	var b strings.Builder
 	b.WriteString("| state |")
@@ -130,7 +137,7 @@ func outboxTable(t *testing.T) string {
 	t.Helper()
 	retry := t0.Add(time.Hour)
 	var b strings.Builder
-	cols := []string{"Claim", "MarkClaimDelivered", "MarkClaimFailed (retry)", "MarkClaimFailed (nil)", "MarkClaimDeadLettered", "ReleaseClaim", "SaveClaim (deferred)"}
+	cols := []string{"Claim", "MarkClaimDelivered", "MarkClaimFailed (retry)", "MarkClaimFailed (nil)", "MarkClaimDeadLettered", "ReleaseClaim", "SaveClaim (deferred)", "Redrive"}
 	b.WriteString("| status |")
 	for _, c := range cols {
 		b.WriteString(" " + c + " |")
@@ -165,6 +172,11 @@ func outboxTable(t *testing.T) string {
 		} {
 			g, o := r()
 			row = append(row, cell(o, "", string(g.Status)))
+		}
+		if _, fresh, o := e.Redrive("", false, t0); o == OutcomeApplied {
+			row = append(row, "applied, new "+string(fresh.Status))
+		} else {
+			row = append(row, string(o))
 		}
 		b.WriteString("| " + string(s) + " | " + strings.Join(row, " | ") + " |\n")
 	}
