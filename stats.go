@@ -27,7 +27,7 @@ type DeliveryStats struct {
 	OldestAvailableAt time.Time `json:"oldest_available_at,omitzero"`
 	// Lag is now minus OldestAvailableAt: how long the oldest offerable
 	// delivery has waited. Zero when Depth is 0.
-	Lag time.Duration `json:"lag"`
+	Lag time.Duration `json:"lag_ns"`
 }
 
 // OutboxStats counts outbox entries.
@@ -44,7 +44,7 @@ type OutboxStats struct {
 	// is latest. Zero when Depth is 0.
 	OldestDueAt time.Time `json:"oldest_due_at,omitzero"`
 	// Lag is now minus OldestDueAt; zero when Depth is 0.
-	Lag time.Duration `json:"lag"`
+	Lag time.Duration `json:"lag_ns"`
 }
 
 // StatsReporter is implemented by ledgers that count their deliveries

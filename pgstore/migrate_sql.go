@@ -62,6 +62,18 @@ func MigrationSQL(schema string) (string, error) {
 	return b.String(), nil
 }
 
+// SchemaVersion returns the highest migration version this build has: the
+// version Migrate brings a schema to.
+func SchemaVersion() int {
+	ms, err := loadMigrations()
+	if err != nil || len(ms) == 0 {
+		// The migrations are embedded and checked by the tests; a build
+		// that cannot read them has none to apply.
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
 // MigrationVersion is one schema version, as MigrationStatus reports it.
 type MigrationVersion struct {
 	// Version is the migration's number, and Name the rest of its file

@@ -56,16 +56,17 @@ func setupList(fs *flag.FlagSet, c *common) func(context.Context, env, []string)
 		for _, s := range states {
 			st := ledger.DeliveryState(s)
 			if !st.Valid() {
-				return fail("invalid -state %q: want one of %s", s, stateNames())
+				return usage("invalid -state %q: want one of %s", s, stateNames())
 			}
 			q.States = append(q.States, st)
 		}
 		for _, t := range targets {
 			q.Targets = append(q.Targets, ledger.Target(t))
 		}
-		// Checked before connecting, so a typo costs no round trip.
+		// Checked before connecting, so a typo costs no round trip, and
+		// refused as a usage error, as a bad flag is.
 		if _, err := ledger.ValidateList(q); err != nil {
-			return invalidInput(err)
+			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)
 		if err != nil {
@@ -105,6 +106,14 @@ type showJSON struct {
 	Entry    *ledger.OutboxEntry `json:"outbox_entry,omitempty"`
 	// History lists the record's transitions, oldest first.
 	History []ledger.Transition `json:"history"`
+	// The record as of now, which its fields alone do not say (see
+	// recordNotes): its lease or claim ran out, its acknowledgement
+	// deadline passed. Notes says the same, and what comes next, in
+	// words.
+	LeaseExpired bool     `json:"lease_expired,omitempty"`
+	AckLapsed    bool     `json:"ack_lapsed,omitempty"`
+	ClaimExpired bool     `json:"claim_expired,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
 }
 
 func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) error {
@@ -125,11 +134,15 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 			if err != nil {
 				return err
 			}
+			doc := showJSON{Kind: "delivery", History: history}
+			doc.deliveryNotes(d, e.clock())
 			if c.json {
 				shown := redact(d)
-				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: &shown, History: history})
+				doc.Delivery = &shown
+				return writeJSON(e.stdout, doc)
 			}
 			printDelivery(e.stdout, d)
+			printNotes(e.stdout, doc.Notes)
 			printHistory(e.stdout, history)
 			return nil
 		case !errors.Is(err, ledger.ErrNotFound):
@@ -137,24 +150,11 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 		}
 		// Deliveries and outbox entries have separate ID spaces; an
 		// operator holding an ID from a log need not know which it is.
-		entry, err := store.Outbox().FindByID(ctx, ledger.OutboxEntryID(id))
-		switch {
-		case errors.Is(err, ledger.ErrNotFound):
+		err = showEntry(ctx, e, c, store.Outbox(), id)
+		if errors.Is(err, ledger.ErrNotFound) {
 			return notFound("no delivery or outbox entry has ID %q", id)
-		case err != nil:
-			return invalidInput(err)
 		}
-		history, err := store.Outbox().EntryHistory(ctx, entry.ID)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			shown := redactEntry(entry)
-			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: &shown, History: history})
-		}
-		printEntry(e.stdout, entry)
-		printHistory(e.stdout, history)
-		return nil
+		return err
 	}
 }
 
@@ -168,7 +168,7 @@ func causeFlags(fs *flag.FlagSet) func() (ledger.Cause, error) {
 		}
 		cause := ledger.Cause{Kind: ledger.CauseKind(*kind), Detail: *detail}
 		if err := ledger.ValidateCause(cause); err != nil {
-			return ledger.Cause{}, invalidInput(err)
+			return ledger.Cause{}, usage("invalid input: %v", err)
 		}
 		return cause, nil
 	}
@@ -268,15 +268,18 @@ func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env,
 	}
 }
 
-// purgeJSON is the -json document of purge.
+// purgeJSON is the -json document of purge. With -dry-run the counts are
+// what a purge would delete now.
 type purgeJSON struct {
 	OlderThan     time.Time `json:"older_than"`
-	Deliveries    int       `json:"deliveries"`
-	OutboxEntries int       `json:"outbox_entries"`
+	DryRun        bool      `json:"dry_run"`
+	Deliveries    int64     `json:"deliveries"`
+	OutboxEntries int64     `json:"outbox_entries"`
 }
 
 func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	olderThan := fs.String("older-than", "", "delete what ended before now minus this duration (e.g. 720h) or before this RFC 3339 time (required)")
+	dryRun := fs.Bool("dry-run", false, "count what would be deleted, and delete nothing")
 	return func(ctx context.Context, e env, pos []string) error {
 		if err := noArgs(pos); err != nil {
 			return err
@@ -284,7 +287,7 @@ func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 		if *olderThan == "" {
 			return usage("missing -older-than DURATION|RFC3339")
 		}
-		cutoff, err := parseCutoff(*olderThan, time.Now())
+		cutoff, err := parseCutoff("-older-than", *olderThan, e.clock())
 		if err != nil {
 			return err
 		}
@@ -293,54 +296,76 @@ func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 			return err
 		}
 		defer closePool()
-		out := purgeJSON{OlderThan: cutoff}
-		// Batches of MaxLimit keep each statement bounded; a short batch
-		// means nothing purgeable is left (or the rest is locked, which
-		// the next purge takes).
-		for {
-			n, err := store.PurgeDeliveries(ctx, cutoff, ledger.MaxLimit)
-			out.Deliveries += n
-			if err != nil {
-				fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries before the error\n", out.Deliveries)
+		out := purgeJSON{OlderThan: cutoff, DryRun: *dryRun}
+		if *dryRun {
+			if out.Deliveries, err = store.CountPurgeable(ctx, cutoff); err != nil {
 				return invalidInput(err)
 			}
-			if n < ledger.MaxLimit {
-				break
-			}
-		}
-		outbox := store.Outbox()
-		for {
-			n, err := outbox.PurgeEntries(ctx, cutoff, ledger.MaxLimit)
-			out.OutboxEntries += n
-			if err != nil {
-				fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries and %d outbox entries before the error\n", out.Deliveries, out.OutboxEntries)
+			if out.OutboxEntries, err = store.Outbox().CountPurgeable(ctx, cutoff); err != nil {
 				return invalidInput(err)
 			}
-			if n < ledger.MaxLimit {
-				break
-			}
+		} else if err := purge(ctx, e, store, cutoff, &out); err != nil {
+			return err
 		}
 		if c.json {
 			return writeJSON(e.stdout, out)
 		}
-		fmt.Fprintf(e.stdout, "purged %d deliveries and %d outbox entries that ended before %s\n",
-			out.Deliveries, out.OutboxEntries, fmtTime(cutoff))
+		verb := "purged"
+		if *dryRun {
+			verb = "would purge"
+		}
+		fmt.Fprintf(e.stdout, "%s %d deliveries and %d outbox entries that ended before %s\n",
+			verb, out.Deliveries, out.OutboxEntries, fmtTime(cutoff))
 		return nil
 	}
 }
 
-// parseCutoff reads -older-than: a positive Go duration counted back from
-// now, or an RFC 3339 time.
-func parseCutoff(v string, now time.Time) (time.Time, error) {
+// purge deletes what ended before cutoff, in batches of MaxLimit that keep
+// each statement bounded; a short batch means nothing purgeable is left
+// (or the rest is locked, which the next purge takes).
+func purge(ctx context.Context, e env, store *pgstore.Store, cutoff time.Time, out *purgeJSON) error {
+	p := e.progress("purge")
+	for {
+		n, err := store.PurgeDeliveries(ctx, cutoff, ledger.MaxLimit)
+		out.Deliveries += int64(n)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries before the error\n", out.Deliveries)
+			return invalidInput(err)
+		}
+		p.report("%d deliveries purged", out.Deliveries)
+		if n < ledger.MaxLimit {
+			break
+		}
+	}
+	outbox := store.Outbox()
+	for {
+		n, err := outbox.PurgeEntries(ctx, cutoff, ledger.MaxLimit)
+		out.OutboxEntries += int64(n)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries and %d outbox entries before the error\n", out.Deliveries, out.OutboxEntries)
+			return invalidInput(err)
+		}
+		p.report("%d deliveries and %d outbox entries purged", out.Deliveries, out.OutboxEntries)
+		if n < ledger.MaxLimit {
+			break
+		}
+	}
+	return nil
+}
+
+// parseCutoff reads a cutoff flag (-older-than, -ended-before): a positive
+// Go duration counted back from now, or an RFC 3339 time. A value it
+// cannot read is a usage error.
+func parseCutoff(flagName, v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil {
 		if d <= 0 {
-			return time.Time{}, fail("invalid -older-than %q: the duration must be positive", v)
+			return time.Time{}, usage("invalid %s %q: the duration must be positive", flagName, v)
 		}
 		return now.Add(-d).UTC(), nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, fail("invalid -older-than %q: want a duration such as 720h or an RFC 3339 time", v)
+		return time.Time{}, usage("invalid %s %q: want a duration such as 720h or an RFC 3339 time", flagName, v)
 	}
 	return t.UTC(), nil
 }

@@ -115,6 +115,12 @@ func printDelivery(w io.Writer, d ledger.Delivery) {
 	if c := d.Cause; c != nil {
 		row("cause", fmt.Sprintf("%s: %s", c.Kind, orDash(c.Detail)))
 	}
+	if d.RedrivenFrom != "" {
+		row("redriven from", string(d.RedrivenFrom))
+	}
+	if d.RedrivenTo != "" {
+		row("redriven as", string(d.RedrivenTo))
+	}
 	row("created at", fmtTime(d.CreatedAt))
 	row("updated at", fmtTime(d.UpdatedAt))
 	row("ended at", fmtTime(d.EndedAt))
@@ -153,6 +159,12 @@ func printEntry(w io.Writer, e ledger.OutboxEntry) {
 	}
 	if g := e.EndedClaim; g != nil {
 		row("ended claim", fmt.Sprintf("seq %d ended by %s at %s", g.Seq, g.Op, fmtTime(g.At)))
+	}
+	if e.RedrivenFrom != "" {
+		row("redriven from", string(e.RedrivenFrom))
+	}
+	if e.RedrivenTo != "" {
+		row("redriven as", string(e.RedrivenTo))
 	}
 	row("created at", fmtTime(e.CreatedAt))
 	row("updated at", fmtTime(e.UpdatedAt))

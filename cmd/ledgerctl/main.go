@@ -1,26 +1,38 @@
 // Command ledgerctl is the operator's tool for a PostgreSQL leaseledger:
-// it migrates the schema, lists and shows deliveries (and outbox entries)
-// with their history, counts them, abandons a delivery, expires a ceremony,
-// purges ended records, and serves the web console.
+// it migrates the schema, lists, shows and counts deliveries and outbox
+// entries with their history, abandons a delivery, expires a ceremony,
+// runs the expiry sweep, redrives what ended badly, purges ended records,
+// and serves the web console.
 //
 // Usage:
 //
-//	ledgerctl COMMAND [flags] [ARGS]
+//	ledgerctl [common flags] COMMAND [flags] [ARGS]
 //
-// Commands:
+// Commands (ledgerctl help lists them with what they do; ledgerctl help
+// COMMAND shows a command's flags):
 //
-//	migrate [-print | -status]               create or upgrade the schema; print its SQL; list versions
+//	migrate [-print | -status]
 //	list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
-//	show ID                                  one delivery (or outbox entry), every field, and its history
-//	stats [-target T] [-ceremony C]          counts by state and cause, depth and lag
-//	abandon ID -cause KIND [-detail TEXT]    end one open delivery as expired
+//	show ID                                   a delivery, or the outbox entry with that ID
+//	stats [-target T] [-ceremony C]
+//	abandon ID -cause KIND [-detail TEXT]
 //	expire-ceremony ID -cause KIND [-detail TEXT]
-//	purge -older-than DURATION|RFC3339       delete records that ended before then
-//	serve [-addr HOST:PORT] [-allow-writes]  the web console (internal/console), until interrupted
+//	expire                                    run the expiry sweep once
+//	redrive ID [-new-id X]                    or by filter: -state, -target, -ended-before, -all, -dry-run
+//	purge -older-than DURATION|RFC3339 [-dry-run]
+//	outbox list [-status S]... [-provider P]... [-limit N] [-cursor X]
+//	outbox show ID
+//	outbox stats
+//	outbox redrive ID [-key K]                or by filter: -status, -provider, -ended-before, -all, -dry-run
+//	serve [-addr HOST:PORT] [-allow-writes]   the web console (internal/console), until interrupted
+//	version
 //
 // Every command takes -dsn (default $LEDGER_DATABASE_URL), -schema
 // (default pgstore.DefaultSchema) and -json (one JSON document on stdout
-// instead of a table). Flags may come before or after the ID.
+// instead of a table; durations in it are nanoseconds, in keys ending in
+// _ns), before the command or after it. Flags may come before or after
+// the ID. A command that works in batches (purge, redrive by filter)
+// prints a progress line on stderr once it has run for a second.
 //
 // Unlike the library, whose every call takes the caller's now, ledgerctl
 // takes now from the wall clock of the machine it runs on: it is a human's
@@ -29,10 +41,13 @@
 //
 // Exit codes:
 //
-//	0  success (also abandon of an already ended delivery, which says so)
-//	1  failure: connection or store error, unmigrated schema, invalid input
-//	2  usage error: unknown command, bad flag, missing argument
-//	3  not found: show or abandon of an ID no record has
+//	0  success (also abandon of an already ended delivery, or redrive of
+//	   one already redriven, which say so)
+//	1  failure: connection or store error, unmigrated schema, invalid
+//	   -schema, a call the store refused (redrive of open work)
+//	2  usage error: unknown command, bad flag, missing argument, or a
+//	   flag or argument value refused before connecting (list -limit -1)
+//	3  not found: show, abandon or redrive of an ID no record has
 package main
 
 import (

@@ -175,10 +175,13 @@ func TestListFiltersAndPages(t *testing.T) {
 	assert.Contains(t, r.stdout, "d2")
 	assert.NotContains(t, r.stdout, "d3")
 
-	r = f.run("list", "-state", "bogus")
-	assert.Equal(t, exitFailed, r.code)
-	r = f.run("list", "-limit", "0")
-	assert.Equal(t, exitFailed, r.code)
+	// Flag values refused before connecting are usage errors, as an
+	// unknown flag is.
+	for _, args := range [][]string{{"-state", "bogus"}, {"-limit", "0"}, {"-limit", "-1"}, {"-limit", "1001"}, {"-cursor", "nope"}} {
+		r = f.run(append([]string{"list"}, args...)...)
+		assert.Equal(t, exitUsage, r.code, args)
+		assert.Empty(t, r.stdout, args)
+	}
 }
 
 func TestShow(t *testing.T) {
@@ -253,7 +256,7 @@ func TestAbandon(t *testing.T) {
 
 	assert.Equal(t, exitUsage, f.run("abandon", "d2").code, "missing -cause")
 	assert.Equal(t, exitUsage, f.run("abandon", "-cause", "x").code, "missing ID")
-	assert.Equal(t, exitFailed, f.run("abandon", "d2", "-cause", "bad\x01kind").code, "invalid cause")
+	assert.Equal(t, exitUsage, f.run("abandon", "d2", "-cause", "bad\x01kind").code, "invalid cause")
 	assert.Equal(t, ledger.DeliveryStateOffered, f.get("d2").State, "rejected calls change nothing")
 }
 
@@ -322,8 +325,8 @@ func TestPurge(t *testing.T) {
 	require.NoError(t, err)
 
 	doc := decode[purgeJSON](t, f.run("purge", "-older-than", "24h", "-json"))
-	assert.Equal(t, oldCount, doc.Deliveries)
-	assert.Equal(t, 1, doc.OutboxEntries)
+	assert.Equal(t, int64(oldCount), doc.Deliveries)
+	assert.Equal(t, int64(1), doc.OutboxEntries)
 	_, err = f.store.Get(ctx, "old-0000")
 	require.ErrorIs(t, err, ledger.ErrNotFound)
 	_, err = f.store.Outbox().FindByID(ctx, ended.Entry.ID)
@@ -342,8 +345,8 @@ func TestPurge(t *testing.T) {
 	assert.Equal(t, ledger.DeliveryStateOffered, f.get("open").State)
 
 	assert.Equal(t, exitUsage, f.run("purge").code)
-	assert.Equal(t, exitFailed, f.run("purge", "-older-than", "yesterday").code)
-	assert.Equal(t, exitFailed, f.run("purge", "-older-than", "-1h").code)
+	assert.Equal(t, exitUsage, f.run("purge", "-older-than", "yesterday").code)
+	assert.Equal(t, exitUsage, f.run("purge", "-older-than", "-1h").code)
 }
 
 func TestBadDSN(t *testing.T) {
@@ -405,12 +408,12 @@ func TestUsage(t *testing.T) {
 func TestParseCutoff(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	got, err := parseCutoff("36h", now)
+	got, err := parseCutoff("-older-than", "36h", now)
 	require.NoError(t, err)
 	assert.Equal(t, now.Add(-36*time.Hour), got)
-	got, err = parseCutoff("2025-12-01T00:00:00+01:00", now)
+	got, err = parseCutoff("-older-than", "2025-12-01T00:00:00+01:00", now)
 	require.NoError(t, err)
 	assert.Equal(t, time.Date(2025, 11, 30, 23, 0, 0, 0, time.UTC), got)
-	_, err = parseCutoff("0s", now)
+	_, err = parseCutoff("-older-than", "0s", now)
 	assert.Error(t, err)
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,34 +33,13 @@ const envDSN = "LEDGER_DATABASE_URL"
 // unreachable server fails the command instead of hanging it.
 const connectTimeout = 15 * time.Second
 
-// usageText is the top-level help, printed for -h and usage errors.
-const usageText = `usage: ledgerctl COMMAND [flags] [ARGS]
-
-commands:
-  migrate [-print | -status]                  create or upgrade the schema; -print its SQL;
-                                              -status: the applied and pending versions
-  list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
-                                              list deliveries, one page
-  show ID                                     one delivery (or outbox entry)
-  abandon ID -cause KIND [-detail TEXT]       end one open delivery as expired
-  expire-ceremony ID -cause KIND [-detail TEXT]
-                                              end every open delivery of a ceremony
-  purge -older-than DURATION|RFC3339          delete records that ended before then
-  serve [-addr HOST:PORT] [-allow-writes]     the web console, until interrupted
-
-common flags: -dsn URL (default $LEDGER_DATABASE_URL), -schema NAME
-(default ` + pgstore.DefaultSchema + `), -json (one JSON document on stdout).
-Now is the wall clock of this machine.
-
-exit codes: 0 ok, 1 failed (store or connection error, invalid input),
-2 usage error, 3 not found.
-`
-
 // env is the command's surroundings, so that every command can be run
 // in-process by the tests.
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// clock times the progress lines of batched commands (progress.go).
+	clock func() time.Time
 }
 
 // exitError carries an exit code and the message printed for it.
@@ -87,25 +67,59 @@ func notFound(format string, args ...any) error {
 
 // command is one subcommand: its flags are registered on fs by setup,
 // which returns the function that runs it with the positional arguments.
+// The top-level help is made from the table (usageText), so a command can
+// never be missing from it.
 type command struct {
-	name  string
-	args  string // positional arguments, for the usage line
-	help  string
-	setup func(fs *flag.FlagSet, c *common) func(ctx context.Context, e env, pos []string) error
+	name     string // one word, or a group and a word: "outbox list"
+	synopsis string // its flags and arguments, for the help
+	help     string
+	setup    func(fs *flag.FlagSet, c *common) func(ctx context.Context, e env, pos []string) error
 }
 
 // commands lists the subcommands in help order.
 func commands() []command {
 	return []command{
-		{"migrate", "", "create the schema if missing and apply pending migrations", setupMigrate},
-		{"list", "", "list one page of deliveries, in ID order", setupList},
-		{"show", "ID", "show one delivery, or the outbox entry with that ID, and its history", setupShow},
-		{"stats", "", "count deliveries by state and cause, and the queue's depth and lag", setupStats},
-		{"abandon", "ID", "end one open delivery as expired with -cause", setupAbandon},
-		{"expire-ceremony", "ID", "end every open delivery of the ceremony as expired with -cause", setupExpireCeremony},
-		{"purge", "", "delete deliveries and outbox entries that ended before -older-than", setupPurge},
-		{"serve", "", "serve the web console (read-only unless -allow-writes) until interrupted", setupServe},
+		{"migrate", "[-print | -status]", "create the schema if missing and apply pending migrations; -print their SQL; -status: the applied and pending versions", setupMigrate},
+		{"list", "[-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]", "list one page of deliveries, in ID order", setupList},
+		{"show", "ID", "show one delivery, or the outbox entry with that ID, every field and its history", setupShow},
+		{"stats", "[-target T] [-ceremony C]", "count deliveries by state and cause, the queue's depth and lag, and the outbox", setupStats},
+		{"abandon", "ID -cause KIND [-detail TEXT]", "end one open delivery as expired with -cause", setupAbandon},
+		{"expire-ceremony", "ID -cause KIND [-detail TEXT]", "end every open delivery of the ceremony as expired with -cause", setupExpireCeremony},
+		{"expire", "", "run the expiry sweep once: lapsed leases back to offered, lapsed acknowledgements ended", setupExpire},
+		{"redrive", "ID [-new-id X] | -state S... -target T... -ended-before D|T -all [-dry-run]", "send a failed or expired delivery (or outbox entry) again as a new one, by ID or by filter", setupRedrive},
+		{"purge", "-older-than DURATION|RFC3339 [-dry-run]", "delete deliveries and outbox entries that ended before -older-than", setupPurge},
+		{"outbox list", "[-status S]... [-provider P]... [-limit N] [-cursor X]", "list one page of outbox entries, in ID order", setupOutboxList},
+		{"outbox show", "ID", "show one outbox entry, every field and its history", setupOutboxShow},
+		{"outbox stats", "", "count outbox entries by status, and the outbox's depth and lag", setupOutboxStats},
+		{"outbox redrive", "ID [-key K] | -status S... -provider P... -ended-before D|T -all [-dry-run]", "send a failed or dead-lettered entry again as a new one, by ID or by filter", setupOutboxRedrive},
+		{"serve", "[-addr HOST:PORT] [-allow-writes]", "serve the web console (read-only unless -allow-writes) until interrupted", setupServe},
+		{"version", "", "print the versions of ledgerctl and of the schema it migrates to", setupVersion},
 	}
+}
+
+// usageText is the top-level help, printed for -h and usage errors.
+func usageText() string {
+	var b strings.Builder
+	b.WriteString("usage: ledgerctl [common flags] COMMAND [flags] [ARGS]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %s", c.name)
+		if c.synopsis != "" {
+			fmt.Fprintf(&b, " %s", c.synopsis)
+		}
+		fmt.Fprintf(&b, "\n      %s\n", c.help)
+	}
+	b.WriteString(`
+common flags, before or after the command: -dsn URL (default $` + envDSN + `),
+-schema NAME (default ` + pgstore.DefaultSchema + `), -json (one JSON document on stdout;
+durations in it are nanoseconds, their keys end in _ns).
+Now is the wall clock of this machine. "ledgerctl help COMMAND" shows a
+command's flags.
+
+exit codes: 0 ok, 1 failed (store or connection error, invalid -schema,
+or a call the store refused), 2 usage error (also a command's flag or
+argument refused before connecting, such as list -limit -1), 3 not found.
+`)
+	return b.String()
 }
 
 // common holds the flags every command takes.
@@ -115,51 +129,105 @@ type common struct {
 	json   bool
 }
 
+// register adds the common flags to fs, c's values as their defaults,
+// except the DSN's: the default is read after parsing, not given to the
+// flag package, so that -h never prints a DSN (and its password) from the
+// environment or the command line.
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection URL (default $"+envDSN+")")
+	fs.StringVar(&c.schema, "schema", c.schema, "schema that holds the ledger's tables")
+	fs.BoolVar(&c.json, "json", c.json, "print one JSON document instead of a table")
+}
+
+// findCommand returns the command args start with and the arguments
+// after its name, or nil.
+func findCommand(args []string) (*command, []string) {
+	for _, c := range commands() {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return &c, args[len(words):]
+		}
+	}
+	return nil, args
+}
+
+// group returns the second words of the commands named word ...: the
+// commands of a group such as outbox.
+func group(word string) []string {
+	var subs []string
+	for _, c := range commands() {
+		if first, second, ok := strings.Cut(c.name, " "); ok && first == word {
+			subs = append(subs, second)
+		}
+	}
+	return subs
+}
+
 // run is the whole program but for the process: it parses args, runs one
 // command and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	e := env{stdout: stdout, stderr: stderr, getenv: getenv}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
+	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, getenv: getenv, clock: time.Now})
+}
+
+// runEnv is run with its surroundings given whole.
+func runEnv(ctx context.Context, args []string, e env) int {
+	// The common flags may come before the command: ledgerctl -json list.
+	pre := flag.NewFlagSet("ledgerctl", flag.ContinueOnError)
+	pre.SetOutput(io.Discard)
+	before := common{schema: pgstore.DefaultSchema}
+	before.register(pre)
+	if err := pre.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(e.stdout, usageText())
+			return exitOK
+		}
+		fmt.Fprintf(e.stderr, "ledgerctl: %v\n\n%s", err, usageText())
 		return exitUsage
 	}
-	name := args[0]
-	switch name {
+	args = pre.Args()
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usageText())
+		return exitUsage
+	}
+	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usageText)
+		if len(args) > 1 {
+			// help COMMAND: the command's own usage.
+			if cmd, _ := findCommand(args[1:]); cmd != nil {
+				return runEnv(ctx, append(strings.Fields(cmd.name), "-h"), e)
+			}
+		}
+		fmt.Fprint(e.stdout, usageText())
 		return exitOK
 	}
-	var cmd *command
-	for _, c := range commands() {
-		if c.name == name {
-			cmd = &c
-			break
+	cmd, rest := findCommand(args)
+	if cmd == nil && len(args) > 0 {
+		if subs := group(args[0]); len(subs) > 0 {
+			fmt.Fprintf(e.stderr, "ledgerctl: %s needs a command: %s\n\n%s", args[0], strings.Join(subs, ", "), usageText())
+			return exitUsage
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "ledgerctl: unknown command %q\n\n%s", name, usageText)
+		fmt.Fprintf(e.stderr, "ledgerctl: unknown command %q\n\n%s", strings.Join(args[:min(len(args), 2)], " "), usageText())
 		return exitUsage
 	}
+	name := cmd.name
 
 	fs := flag.NewFlagSet("ledgerctl "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	// The default is read after parsing, not given to the flag package,
-	// so that -h never prints a DSN (and its password) from the environment.
-	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection URL (default $"+envDSN+")")
-	fs.StringVar(&c.schema, "schema", pgstore.DefaultSchema, "schema that holds the ledger's tables")
-	fs.BoolVar(&c.json, "json", false, "print one JSON document instead of a table")
+	fs.SetOutput(e.stderr)
+	c := common{schema: before.schema, json: before.json}
+	c.register(fs)
 	exec := cmd.setup(fs, &c)
 	fs.Usage = func() {
 		line := "usage: ledgerctl " + name + " [flags]"
-		if cmd.args != "" {
-			line += " " + cmd.args
+		if cmd.synopsis != "" {
+			line = "usage: ledgerctl " + name + " " + cmd.synopsis
 		}
 		fmt.Fprintf(fs.Output(), "%s\n\n%s.\n\nflags:\n", line, cmd.help)
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), "\nexit codes: 0 ok, 1 failed, 2 usage error, 3 not found.\n")
 	}
-	pos, err := parseInterspersed(fs, args[1:])
+	pos, err := parseInterspersed(fs, rest)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -168,10 +236,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return exitUsage
 	}
 	if c.dsn == "" {
-		c.dsn = getenv(envDSN)
+		c.dsn = before.dsn
+	}
+	if c.dsn == "" {
+		c.dsn = e.getenv(envDSN)
 	}
 	if err := exec(ctx, e, pos); err != nil {
-		return report(stderr, err)
+		return report(e.stderr, err)
 	}
 	return exitOK
 }

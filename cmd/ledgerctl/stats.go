@@ -29,7 +29,7 @@ func setupStats(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 		now := time.Now()
 		filter := ledger.StatsFilter{Target: ledger.Target(*target), Ceremony: ledger.CeremonyID(*ceremony)}
 		if err := ledger.ValidateStats(filter, now); err != nil {
-			return invalidInput(err)
+			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)
 		if err != nil {

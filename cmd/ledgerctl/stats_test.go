@@ -73,7 +73,7 @@ func TestStats(t *testing.T) {
 	assert.Contains(t, r.stdout, "OUTBOX")
 
 	r = f.run("stats", "-target", "bad\x00target")
-	assert.Equal(t, exitFailed, r.code)
+	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "target")
 	assert.Equal(t, exitUsage, f.run("stats", "extra").code)
 }

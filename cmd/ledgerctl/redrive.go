@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/pgstore"
+)
+
+// This file is redrive, of deliveries and outbox entries, and expire. A
+// redrive by ID answers like abandon; a redrive by filter goes through
+// RedriveMatching batch by batch, with the time it started as its cutoff
+// (see ledger.RedriveQuery.Cutoff), and -dry-run pages through the same
+// records without redriving them.
+
+// redriveBatch is how many records one redrive call examines.
+const redriveBatch = 100
+
+// redriveLine is one record a redrive made or would make, in -json.
+type redriveLine struct {
+	ID      string         `json:"id"`
+	Outcome ledger.Outcome `json:"outcome,omitempty"` // empty in a dry run
+	// As is the ID the new record has, or would have.
+	As string `json:"as,omitempty"`
+	// Abandoned lists what the target's queue bound ended to make room.
+	Abandoned []ledger.DeliveryID `json:"abandoned,omitempty"`
+}
+
+// redriveJSON is the -json document of redrive and outbox redrive.
+type redriveJSON struct {
+	DryRun bool `json:"dry_run"`
+	// Count is how many records were redriven (would be, in a dry run).
+	Count   int           `json:"count"`
+	Records []redriveLine `json:"records"`
+}
+
+// redriveFilter is the filter flags both redrive commands share.
+type redriveFilter struct {
+	values      listFlag // -state or -status
+	names       listFlag // -target or -provider
+	endedBefore *string
+	all         *bool
+	dryRun      *bool
+}
+
+func newRedriveFilter(fs *flag.FlagSet, valueFlag, valueHelp, nameFlag, nameHelp string) *redriveFilter {
+	f := &redriveFilter{}
+	fs.Var(&f.values, valueFlag, valueHelp+" (repeatable, or a comma list)")
+	fs.Var(&f.names, nameFlag, nameHelp+" (repeatable, or a comma list)")
+	f.endedBefore = fs.String("ended-before", "", "only what ended before now minus this duration (e.g. 24h) or before this RFC 3339 time")
+	f.all = fs.Bool("all", false, "with no other filter: everything that can be redriven")
+	f.dryRun = fs.Bool("dry-run", false, "print what would be redriven, and how many, and change nothing")
+	return f
+}
+
+// any reports whether a filter flag was given.
+func (f *redriveFilter) any() bool {
+	return len(f.values) > 0 || len(f.names) > 0 || *f.endedBefore != "" || *f.all
+}
+
+// check refuses a call that mixes an ID with a filter, or gives neither,
+// and returns the cutoff: -ended-before when given and earlier than start,
+// else start, so that a pass never takes what its own redrives end.
+func (f *redriveFilter) check(pos []string, start time.Time) (id string, cutoff time.Time, err error) {
+	switch {
+	case len(pos) > 0 && (f.any() || *f.dryRun):
+		return "", time.Time{}, usage("give an ID or filter flags, not both")
+	case len(pos) > 0:
+		id, err := exactlyOne(pos, "ID")
+		return id, time.Time{}, err
+	case !f.any():
+		return "", time.Time{}, usage("give an ID, or filter flags (-all for everything that can be redriven)")
+	}
+	cutoff = start
+	if *f.endedBefore != "" {
+		t, err := parseCutoff("-ended-before", *f.endedBefore, start)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		cutoff = ledger.RedriveQuery{EndedBefore: t}.Cutoff(start)
+	}
+	return "", cutoff, nil
+}
+
+func setupRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	f := newRedriveFilter(fs, "state", "only deliveries in this state: failed, expired", "target", "only deliveries for this target")
+	newID := fs.String("new-id", "", "with an ID: the new delivery's ID (default ID/redrive)")
+	return func(ctx context.Context, e env, pos []string) error {
+		start := e.clock()
+		id, cutoff, err := f.check(pos, start)
+		if err != nil {
+			return err
+		}
+		q := ledger.RedriveQuery{EndedBefore: cutoff, Limit: redriveBatch}
+		for _, s := range f.values {
+			q.States = append(q.States, ledger.DeliveryState(s))
+		}
+		for _, t := range f.names {
+			q.Targets = append(q.Targets, ledger.Target(t))
+		}
+		if id == "" {
+			if _, err := ledger.ValidateRedriveQuery(q, start); err != nil {
+				return usage("invalid input: %v", err)
+			}
+		} else if err := ledger.ValidateRedrive(ledger.RedriveRequest{ID: ledger.DeliveryID(id), NewID: ledger.DeliveryID(*newID)}, start); err != nil {
+			return usage("invalid input: %v", err)
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		if id != "" {
+			return redriveOne(ctx, e, c, store, id, *newID, start)
+		}
+		if *f.dryRun {
+			return redriveDryRun(ctx, e, c, store, q, start)
+		}
+		return redriveMatching(ctx, e, c, store, q, start)
+	}
+}
+
+// redriveOne redrives the delivery id, or the outbox entry with that ID
+// when no delivery has it.
+func redriveOne(ctx context.Context, e env, c *common, store *pgstore.Store, id, newID string, now time.Time) error {
+	res, err := store.Redrive(ctx, ledger.RedriveRequest{ID: ledger.DeliveryID(id), NewID: ledger.DeliveryID(newID)}, now)
+	if err != nil {
+		return invalidInput(err)
+	}
+	if res.Outcome == ledger.OutcomeNotFound {
+		if newID != "" {
+			return notFound("no delivery has ID %q", id)
+		}
+		return redriveEntryOne(ctx, e, c, store.Outbox(), id, "")
+	}
+	line := redriveLine{ID: id, Outcome: res.Outcome, As: string(res.Redriven.ID), Abandoned: res.Abandoned}
+	return printRedriveOne(e, c, line, string(res.Original.State), string(res.Original.RedrivenTo), "failed and expired deliveries")
+}
+
+// printRedriveOne prints the answer of a redrive by ID; only Applied and
+// Repeated (the record is redriven, as asked) are success.
+func printRedriveOne(e env, c *common, line redriveLine, state, redrivenTo, what string) error {
+	ok := line.Outcome == ledger.OutcomeApplied || line.Outcome == ledger.OutcomeRepeated
+	if c.json {
+		n := 0
+		if line.Outcome == ledger.OutcomeApplied {
+			n = 1
+		}
+		if err := writeJSON(e.stdout, redriveJSON{Count: n, Records: []redriveLine{line}}); err != nil || ok {
+			return err
+		}
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("%s: %s", line.ID, line.Outcome)}
+	}
+	switch line.Outcome {
+	case ledger.OutcomeApplied:
+		fmt.Fprintf(e.stdout, "redrove %s as %s\n", line.ID, line.As)
+		for _, a := range line.Abandoned {
+			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", a)
+		}
+		return nil
+	case ledger.OutcomeRepeated:
+		fmt.Fprintf(e.stdout, "%s was already redriven as %s; nothing changed\n", line.ID, redrivenTo)
+		return nil
+	case ledger.OutcomeWrongState:
+		return fail("%s is %s: only %s can be redriven", line.ID, state, what)
+	case ledger.OutcomeConflict:
+		if redrivenTo != "" {
+			return fail("%s was already redriven as %s", line.ID, redrivenTo)
+		}
+		return fail("%s: the new ID is taken by another record", line.ID)
+	}
+	return fail("%s: %s", line.ID, line.Outcome)
+}
+
+// redriveMatching redrives everything q matches, batch by batch.
+func redriveMatching(ctx context.Context, e env, c *common, store *pgstore.Store, q ledger.RedriveQuery, now time.Time) error {
+	out := redriveJSON{Records: []redriveLine{}}
+	p := e.progress("redrive")
+	for {
+		b, err := store.RedriveMatching(ctx, q, now)
+		for _, r := range b.Results {
+			out.Records = append(out.Records, redriveLine{ID: string(r.Original.ID), Outcome: r.Outcome,
+				As: string(r.Original.RedriveAs("")), Abandoned: r.Abandoned})
+		}
+		out.Count += b.Redriven()
+		if err != nil {
+			fmt.Fprintf(e.stderr, "ledgerctl: redrove %d deliveries before the error\n", out.Count)
+			return invalidInput(err)
+		}
+		p.report("%d deliveries redriven", out.Count)
+		if b.Next == "" {
+			break
+		}
+		q.Cursor = b.Next
+		now = e.clock()
+	}
+	return printRedriveMatching(e, c, out, "deliveries")
+}
+
+// printRedriveMatching prints what a redrive by filter did, or would do.
+func printRedriveMatching(e env, c *common, out redriveJSON, what string) error {
+	if c.json {
+		return writeJSON(e.stdout, out)
+	}
+	for _, l := range out.Records {
+		switch {
+		case out.DryRun:
+			fmt.Fprintf(e.stdout, "would redrive %s as %s\n", l.ID, l.As)
+		case l.Outcome == ledger.OutcomeApplied:
+			fmt.Fprintf(e.stdout, "redrove %s as %s\n", l.ID, l.As)
+		default:
+			fmt.Fprintf(e.stdout, "did not redrive %s: %s\n", l.ID, l.Outcome)
+		}
+		for _, a := range l.Abandoned {
+			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", a)
+		}
+	}
+	verb := "redrove"
+	if out.DryRun {
+		verb = "would redrive"
+	}
+	fmt.Fprintf(e.stdout, "%s %d %s\n", verb, out.Count, what)
+	return nil
+}
+
+// redriveDryRun lists, page by page, the deliveries a redrive by q at now
+// would take, and changes nothing.
+func redriveDryRun(ctx context.Context, e env, c *common, store *pgstore.Store, q ledger.RedriveQuery, now time.Time) error {
+	out := redriveJSON{DryRun: true, Records: []redriveLine{}}
+	lq := ledger.ListQuery{Targets: q.Targets, States: q.States, Limit: ledger.MaxLimit}
+	if len(lq.States) == 0 {
+		lq.States = []ledger.DeliveryState{ledger.DeliveryStateFailed, ledger.DeliveryStateExpired}
+	}
+	p := e.progress("redrive -dry-run")
+	for {
+		page, err := store.List(ctx, lq)
+		if err != nil {
+			return invalidInput(err)
+		}
+		for _, d := range page.Deliveries {
+			if q.Matches(d, now) {
+				out.Records = append(out.Records, redriveLine{ID: string(d.ID), As: string(d.RedriveAs(""))})
+			}
+		}
+		out.Count = len(out.Records)
+		p.report("%d deliveries found", out.Count)
+		if page.Next == "" {
+			break
+		}
+		lq.Cursor = page.Next
+	}
+	return printRedriveMatching(e, c, out, "deliveries")
+}
+
+func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	f := newRedriveFilter(fs, "status", "only entries in this status: failed, dead_lettered", "provider", "only entries for this provider")
+	key := fs.String("key", "", "with an ID: the new entry's idempotency key (default KEY/redrive)")
+	return func(ctx context.Context, e env, pos []string) error {
+		start := e.clock()
+		id, cutoff, err := f.check(pos, start)
+		if err != nil {
+			return err
+		}
+		q := ledger.RedriveEntryQuery{EndedBefore: cutoff, Limit: redriveBatch, Providers: f.names}
+		for _, s := range f.values {
+			q.Statuses = append(q.Statuses, ledger.OutboxStatus(s))
+		}
+		if id == "" {
+			if _, err := ledger.ValidateRedriveEntryQuery(q); err != nil {
+				return usage("invalid input: %v", err)
+			}
+		} else if err := ledger.ValidateRedriveEntry(ledger.RedriveEntryRequest{ID: ledger.OutboxEntryID(id), IdempotencyKey: *key}); err != nil {
+			return usage("invalid input: %v", err)
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		o := store.Outbox()
+		switch {
+		case id != "":
+			return redriveEntryOne(ctx, e, c, o, id, *key)
+		case *f.dryRun:
+			return redriveEntriesDryRun(ctx, e, c, o, q)
+		}
+		out := redriveJSON{Records: []redriveLine{}}
+		p := e.progress("outbox redrive")
+		for {
+			b, err := o.RedriveEntriesMatching(ctx, q)
+			for _, r := range b.Results {
+				out.Records = append(out.Records, redriveLine{ID: string(r.Original.ID), Outcome: r.Outcome, As: string(r.Original.RedriveAs(""))})
+			}
+			out.Count += b.Redriven()
+			if err != nil {
+				fmt.Fprintf(e.stderr, "ledgerctl: redrove %d outbox entries before the error\n", out.Count)
+				return invalidInput(err)
+			}
+			p.report("%d outbox entries redriven", out.Count)
+			if b.Next == "" {
+				break
+			}
+			q.Cursor = b.Next
+		}
+		return printRedriveMatching(e, c, out, "outbox entries")
+	}
+}
+
+// redriveEntryOne redrives the outbox entry id under key.
+func redriveEntryOne(ctx context.Context, e env, c *common, o *pgstore.Outbox, id, key string) error {
+	res, err := o.RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: ledger.OutboxEntryID(id), IdempotencyKey: key})
+	if err != nil {
+		return invalidInput(err)
+	}
+	if res.Outcome == ledger.OutcomeNotFound {
+		return notFound("no delivery or outbox entry has ID %q", id)
+	}
+	line := redriveLine{ID: id, Outcome: res.Outcome, As: string(res.Redriven.ID)}
+	return printRedriveOne(e, c, line, string(res.Original.Status), string(res.Original.RedrivenTo), "failed and dead-lettered entries")
+}
+
+// redriveEntriesDryRun is redriveDryRun for outbox entries.
+func redriveEntriesDryRun(ctx context.Context, e env, c *common, o *pgstore.Outbox, q ledger.RedriveEntryQuery) error {
+	out := redriveJSON{DryRun: true, Records: []redriveLine{}}
+	lq := ledger.OutboxListQuery{Providers: q.Providers, Statuses: q.Statuses, Limit: ledger.MaxLimit}
+	if len(lq.Statuses) == 0 {
+		lq.Statuses = []ledger.OutboxStatus{ledger.OutboxStatusFailed, ledger.OutboxStatusDeadLettered}
+	}
+	p := e.progress("outbox redrive -dry-run")
+	for {
+		page, err := o.ListEntries(ctx, lq)
+		if err != nil {
+			return invalidInput(err)
+		}
+		for _, en := range page.Entries {
+			if q.Matches(en) {
+				out.Records = append(out.Records, redriveLine{ID: string(en.ID), As: string(en.RedriveAs(""))})
+			}
+		}
+		out.Count = len(out.Records)
+		p.report("%d outbox entries found", out.Count)
+		if page.Next == "" {
+			break
+		}
+		lq.Cursor = page.Next
+	}
+	return printRedriveMatching(e, c, out, "outbox entries")
+}
+
+// expireJSON is the -json document of expire.
+type expireJSON struct {
+	At      time.Time           `json:"at"`
+	Changed []ledger.DeliveryID `json:"changed"`
+}
+
+// setupExpire is the expire command: one run of the sweep a sweeper runs
+// on its own, for an operator who wants it now.
+func setupExpire(_ *flag.FlagSet, c *common) func(context.Context, env, []string) error {
+	return func(ctx context.Context, e env, pos []string) error {
+		if err := noArgs(pos); err != nil {
+			return err
+		}
+		store, closePool, err := open(ctx, *c, false)
+		if err != nil {
+			return err
+		}
+		defer closePool()
+		now := ledger.Normalize(e.clock())
+		res, err := store.Expire(ctx, now)
+		out := expireJSON{At: now, Changed: res.Changed}
+		if out.Changed == nil {
+			out.Changed = []ledger.DeliveryID{}
+		}
+		if err != nil {
+			// The sweep commits in batches: say what did change.
+			if len(out.Changed) > 0 {
+				fmt.Fprintf(e.stderr, "ledgerctl: expired %d deliveries before the error\n", len(out.Changed))
+			}
+			return invalidInput(err)
+		}
+		if c.json {
+			return writeJSON(e.stdout, out)
+		}
+		for _, id := range out.Changed {
+			fmt.Fprintf(e.stdout, "  %s\n", id)
+		}
+		fmt.Fprintf(e.stdout, "expired %d deliveries whose lease or acknowledgement deadline had passed at %s\n", len(out.Changed), fmtTime(now))
+		return nil
+	}
+}
