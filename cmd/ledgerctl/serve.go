@@ -19,7 +19,7 @@ import (
 func setupServe(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	addr := fs.String("addr", console.DefaultAddr, "address to listen on; loopback only unless -public")
 	public := fs.Bool("public", false, "allow an address that other machines can reach")
-	writable := fs.Bool("allow-writes", false, "offer abandon and expire-ceremony to operators signed in with $"+console.TokenEnv)
+	writable := fs.Bool("allow-writes", false, "offer abandon, expire-ceremony and redrive to operators signed in with $"+console.TokenEnv)
 	timeout := fs.Duration("timeout", console.DefaultTimeout, "how long a page may wait for the database before it shows an error")
 	return func(ctx context.Context, e env, pos []string) error {
 		if err := noArgs(pos); err != nil {

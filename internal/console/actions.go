@@ -22,9 +22,8 @@ import (
 // signed message of the outcome the call answered, so reloading the page
 // never repeats the call.
 //
-// Actions are a table: to add one (a redrive, say), write its run
-// function, say which records its form appears on, and add it to
-// actionTable.
+// Actions are a table: to add one, write its run function, say which
+// records its form appears on, and add it to actionTable.
 
 // action is one write the console can make.
 type action struct {
@@ -64,6 +63,18 @@ var actionTable = []action{
 		offers: func(s subject) bool { return s.ceremony != "" || (s.delivery != nil && s.delivery.Ceremony != "") },
 		inputs: causeInputs(string(ledger.CauseCeremonyEnded)),
 		run:    runExpireCeremony,
+	},
+	{
+		name: "redrive", label: "Redrive: send this delivery again as a new one",
+		offers: func(s subject) bool { return s.delivery != nil && s.delivery.Redrivable() },
+		inputs: []inputView{{Name: "new_id", Label: "new ID (empty: this ID/redrive)"}},
+		run:    runRedrive,
+	},
+	{
+		name: "redrive-entry", label: "Redrive: send this entry again as a new one",
+		offers: func(s subject) bool { return s.entry != nil && s.entry.Redrivable() },
+		inputs: []inputView{{Name: "key", Label: "new idempotency key (empty: this key/redrive)"}},
+		run:    runRedriveEntry,
 	},
 }
 
@@ -115,6 +126,72 @@ func runExpireCeremony(ctx context.Context, h *Handler, f url.Values) (actionRes
 		location: listURL("/deliveries", "ceremony", string(ceremony)),
 		message:  fmt.Sprintf("expire ceremony %s: %d open deliveries ended as expired (%s)", ceremony, len(res.Changed), cause.Kind),
 	}, nil
+}
+
+// runRedrive redrives a failed or expired delivery and goes to the new
+// one (the original, when nothing was made).
+func runRedrive(ctx context.Context, h *Handler, f url.Values) (actionResult, error) {
+	r, ok := h.l.(ledger.Redriver)
+	if !ok {
+		return actionResult{}, badf("this ledger cannot redrive")
+	}
+	id := ledger.DeliveryID(f.Get("id"))
+	res, err := r.Redrive(ctx, ledger.RedriveRequest{ID: id, NewID: ledger.DeliveryID(strings.TrimSpace(f.Get("new_id")))}, h.now())
+	if err != nil {
+		return actionResult{}, err
+	}
+	msg := fmt.Sprintf("redrive %s: %s", id, res.Outcome)
+	loc := listURL("/delivery", "id", string(id))
+	switch res.Outcome {
+	case ledger.OutcomeApplied:
+		msg += fmt.Sprintf("; sent again as %s, now %s", res.Redriven.ID, res.Redriven.State)
+		for _, a := range res.Abandoned {
+			msg += fmt.Sprintf("; abandoned %s (queue bound)", a)
+		}
+		loc = listURL("/delivery", "id", string(res.Redriven.ID))
+	case ledger.OutcomeRepeated, ledger.OutcomeConflict:
+		if res.Original.RedrivenTo != "" {
+			msg += fmt.Sprintf("; it was already redriven as %s, nothing changed", res.Original.RedrivenTo)
+		} else {
+			msg += "; the new ID is taken, nothing changed"
+		}
+	case ledger.OutcomeWrongState:
+		msg += fmt.Sprintf("; it is %s, and only failed and expired deliveries are redriven", res.Original.State)
+	case ledger.OutcomeNotFound:
+		return actionResult{}, notFound("delivery", string(id))
+	}
+	return actionResult{location: loc, message: msg}, nil
+}
+
+// runRedriveEntry is runRedrive for outbox entries.
+func runRedriveEntry(ctx context.Context, h *Handler, f url.Values) (actionResult, error) {
+	r, ok := h.outbox.(ledger.OutboxRedriver)
+	if !ok {
+		return actionResult{}, badf("this outbox cannot redrive")
+	}
+	id := ledger.OutboxEntryID(f.Get("id"))
+	res, err := r.RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: id, IdempotencyKey: strings.TrimSpace(f.Get("key"))})
+	if err != nil {
+		return actionResult{}, err
+	}
+	msg := fmt.Sprintf("redrive %s: %s", id, res.Outcome)
+	loc := listURL("/entry", "id", string(id))
+	switch res.Outcome {
+	case ledger.OutcomeApplied:
+		msg += fmt.Sprintf("; sent again as %s (key %s)", res.Redriven.ID, res.Redriven.Envelope.IdempotencyKey)
+		loc = listURL("/entry", "id", string(res.Redriven.ID))
+	case ledger.OutcomeRepeated, ledger.OutcomeConflict:
+		if res.Original.RedrivenTo != "" {
+			msg += fmt.Sprintf("; it was already redriven as %s, nothing changed", res.Original.RedrivenTo)
+		} else {
+			msg += "; the new key is taken, nothing changed"
+		}
+	case ledger.OutcomeWrongState:
+		msg += fmt.Sprintf("; it is %s, and only failed and dead-lettered entries are redriven", res.Original.Status)
+	case ledger.OutcomeNotFound:
+		return actionResult{}, notFound("outbox entry", string(id))
+	}
+	return actionResult{location: loc, message: msg}, nil
 }
 
 // formCause reads the cause fields, validated as the library will.

@@ -108,3 +108,52 @@ func TestAForgedOutcomeIsNotShown(t *testing.T) {
 	_, body = c.get("/?done=" + url.QueryEscape(h.keys.sealFlash("abandon x: applied")))
 	assert.Contains(t, body, `<p class="flash" role="status">abandon x: applied</p>`)
 }
+
+func TestRedriveFromTheConsole(t *testing.T) {
+	h, store, d := memFixture(t, Options{Writable: true, Token: testToken})
+	c := newClient(t, h)
+	csrf := c.signIn(testToken)
+	const failed = ledger.DeliveryID("done-002")
+
+	_, body := c.get(pageURL("/delivery", "id", string(failed)))
+	assert.Contains(t, body, `id="act-redrive"`, "a failed delivery offers redrive")
+	_, body = c.get(pageURL("/delivery", "id", string(d.open)))
+	assert.NotContains(t, body, `id="act-redrive"`, "open work offers none")
+	_, body = c.get(pageURL("/delivery", "id", "done-000"))
+	assert.NotContains(t, body, `id="act-redrive"`, "processed work offers none")
+
+	form := url.Values{"id": {string(failed)}, "confirm": {"yes"}, "csrf": {csrf}}
+	status, _, loc := c.post("/act/redrive", form)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.True(t, strings.HasPrefix(loc, pageURL("/delivery", "id", "done-002/redrive")+"&done="), "goes to the new delivery: %s", loc)
+	_, body = c.get(loc)
+	assert.Contains(t, body, "redrive done-002: applied; sent again as done-002/redrive, now offered")
+	assert.Contains(t, body, "redriven from")
+	original, err := store.Get(t.Context(), failed)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.DeliveryStateFailed, original.State, "the original keeps its end")
+	assert.Equal(t, ledger.DeliveryID("done-002/redrive"), original.RedrivenTo)
+	_, body = c.get(pageURL("/delivery", "id", string(failed)))
+	assert.NotContains(t, body, `id="act-redrive"`, "a delivery is redriven once")
+	assert.Contains(t, body, "redriven as")
+
+	// Posted again (a second tab): the library answers Repeated.
+	_, _, loc = c.post("/act/redrive", form)
+	_, body = c.get(loc)
+	assert.Contains(t, body, "redrive done-002: repeated; it was already redriven as done-002/redrive, nothing changed")
+	_, _, loc = c.post("/act/redrive", url.Values{"id": {string(d.open)}, "confirm": {"yes"}, "csrf": {csrf}})
+	_, body = c.get(loc)
+	assert.Contains(t, body, "redrive "+string(d.open)+": wrong_state; it is leased")
+
+	// An outbox entry, under a key of the operator's.
+	_, body = c.get(pageURL("/entry", "id", string(d.deadEntry)))
+	assert.Contains(t, body, `id="act-redrive-entry"`)
+	status, _, loc = c.post("/act/redrive-entry", url.Values{"id": {string(d.deadEntry)}, "key": {"again-1"}, "confirm": {"yes"}, "csrf": {csrf}})
+	require.Equal(t, http.StatusSeeOther, status)
+	newID := ledger.OutboxEntryIDFor("again-1")
+	require.True(t, strings.HasPrefix(loc, pageURL("/entry", "id", string(newID))+"&done="), loc)
+	got, err := store.Outbox().FindByID(t.Context(), newID)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.OutboxStatusPending, got.Status)
+	assert.Equal(t, d.deadEntry, got.RedrivenFrom)
+}

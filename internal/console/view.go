@@ -197,6 +197,12 @@ func newDeliveryView(d ledger.Delivery, now time.Time, forceHex bool) deliveryVi
 	if c := d.Cause; c != nil {
 		add("cause", fmt.Sprintf("%s: %s", c.Kind, orDash(c.Detail)))
 	}
+	if d.RedrivenFrom != "" {
+		link("redriven from", string(d.RedrivenFrom), listURL("/delivery", "id", string(d.RedrivenFrom)))
+	}
+	if d.RedrivenTo != "" {
+		link("redriven as", string(d.RedrivenTo), listURL("/delivery", "id", string(d.RedrivenTo)))
+	}
 	add("created at", fmtExact(d.CreatedAt))
 	add("updated at", fmtExact(d.UpdatedAt))
 	add("ended at", fmtExact(d.EndedAt))
@@ -243,6 +249,12 @@ func newEntryView(e ledger.OutboxEntry, now time.Time, forceHex bool) entryView 
 	}
 	if g := e.EndedClaim; g != nil {
 		add("ended claim", fmt.Sprintf("seq %d ended by %s at %s", g.Seq, g.Op, fmtExact(g.At)))
+	}
+	if e.RedrivenFrom != "" {
+		v.Fields = append(v.Fields, field{Name: "redriven from", Value: string(e.RedrivenFrom), Link: listURL("/entry", "id", string(e.RedrivenFrom))})
+	}
+	if e.RedrivenTo != "" {
+		v.Fields = append(v.Fields, field{Name: "redriven as", Value: string(e.RedrivenTo), Link: listURL("/entry", "id", string(e.RedrivenTo))})
 	}
 	add("created at", fmtExact(e.CreatedAt))
 	add("updated at", fmtExact(e.UpdatedAt))
