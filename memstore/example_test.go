@@ -40,3 +40,42 @@ func ExampleNewOutbox() {
 	fmt.Println(first.Outcome, again.Outcome, first.Entry.ID == ledger.OutboxEntryIDFor("user-7/welcome"))
 	// Output: applied repeated true
 }
+
+// A delivery that failed for good is sent again as a new one linked to it;
+// the original keeps its end, and a second redrive answers the same new
+// delivery.
+func ExampleStore_Redrive() {
+	ctx := context.Background()
+	store := memstore.New()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, _ = store.Enqueue(ctx, ledger.EnqueueRequest{ID: "order-42", Target: "host-1"}, now)
+	lr, _ := store.Lease(ctx, ledger.LeaseFilter{}, ledger.Owner{Agent: "host-1", Incarnation: "1"}, now, time.Minute, 1)
+	_, _ = store.MarkFailed(ctx, lr.Leased[0].Lease, ledger.FailureReason{Message: "mailbox full", Permanent: true}, now)
+
+	res, _ := store.Redrive(ctx, ledger.RedriveRequest{ID: "order-42"}, now.Add(time.Hour))
+	fmt.Println(res.Outcome, res.Original.State, res.Redriven.ID, res.Redriven.State)
+	again, _ := store.Redrive(ctx, ledger.RedriveRequest{ID: "order-42"}, now.Add(2*time.Hour))
+	fmt.Println(again.Outcome, again.Redriven.ID)
+	// Output:
+	// applied failed order-42/redrive offered
+	// repeated order-42/redrive
+}
+
+// A host that is offline should find its latest two notices, not a
+// backlog: the third enqueue abandons the oldest with cause queue_bounded.
+func ExampleWithTargetQueueBound() {
+	ctx := context.Background()
+	store := memstore.New(memstore.WithTargetQueueBound("host-1", 2))
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, id := range []ledger.DeliveryID{"n-1", "n-2", "n-3"} {
+		res, _ := store.Enqueue(ctx, ledger.EnqueueRequest{ID: id, Target: "host-1"}, now.Add(time.Duration(i)*time.Second))
+		fmt.Println(id, res.Abandoned)
+	}
+	d, _ := store.Get(ctx, "n-1")
+	fmt.Println(d.State, d.Cause.Kind)
+	// Output:
+	// n-1 []
+	// n-2 []
+	// n-3 [n-1]
+	// expired queue_bounded
+}

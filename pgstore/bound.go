@@ -46,6 +46,9 @@ import (
 // ledger.QueueBounds). 0, the default, bounds nothing and costs nothing.
 // n outside 0..ledger.MaxQueueBound makes New fail with ErrInvalid. Every
 // process that enqueues for a target must configure the same bound for it.
+// Enqueues of one bounded target take turns for their transaction (see
+// bound.go); under WithTx that lasts until the caller's transaction ends,
+// so keep such transactions short.
 func WithQueueBound(n int) Option {
 	return func(c *config) {
 		b := ledger.QueueBounds{Default: n, Targets: c.bounds.Targets}
