@@ -43,6 +43,28 @@ func pointers(cols []column) []any {
 	return ptrs
 }
 
+// Redrive's columns (migrations/0010) stand just before version in both
+// row structs. A record an enqueue copies in is never a redrive, so the
+// copy leaves them out and lets them take their NULL default: enqueueCopy
+// and enqueueCopyNames give the copy the row's columns but those two,
+// without a copy of the row, so that an enqueue sends what it sent before
+// redrive existed.
+
+// enqueueCopyNames returns names, a row struct's column names, without
+// redriven_from and redriven_to.
+func enqueueCopyNames(names []string) []string {
+	n := len(names)
+	return append(names[:n-3:n-3], names[n-1])
+}
+
+// enqueueCopy returns ptrs, a row's column pointers, in the order of
+// enqueueCopyNames, reusing their backing array.
+func enqueueCopy(ptrs []any) []any {
+	n := len(ptrs)
+	ptrs[n-3] = ptrs[n-1]
+	return ptrs[:n-2]
+}
+
 // deliveryRow is one row of the deliveries table.
 type deliveryRow struct {
 	ID, Target                                 string
