@@ -389,7 +389,8 @@ type Delivery struct {
 	// Version grows by one with every applied transition.
 	Version int64 `json:"version"`
 	// RedrivenFrom is the delivery this one was made from by a redrive
-	// (see Redriver); empty for a delivery that was enqueued.
+	// (see Redriver); empty for a delivery that was enqueued. Retention
+	// may since have purged that one.
 	RedrivenFrom DeliveryID `json:"redriven_from,omitempty"`
 	// RedrivenTo is the delivery a redrive made from this one; empty until
 	// then. A delivery is redriven at most once: redriving it again
