@@ -206,22 +206,20 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 		if err != nil {
 			return nil, err
 		}
+		// As EnqueueBatch does: each target's abandoned IDs on its last
+		// redrive, and a new record abandoned shown as it now stands.
+		last := map[ledger.Target]int{}
+		for i, r := range results {
+			if r.Applied() {
+				last[r.Redriven.Target] = i
+			}
+		}
 		for t, gone := range abandoned {
-			last := -1
 			for _, d := range gone {
+				results[last[t]].Abandoned = append(results[last[t]].Abandoned, d.ID)
 				if i, ok := at[d.ID]; ok {
 					results[i].Redriven = d
 				}
-			}
-			// Listed on the last redrive for the target, as EnqueueBatch
-			// lists them on its last request.
-			for j := range results {
-				if results[j].Applied() && results[j].Redriven.Target == t {
-					last = j
-				}
-			}
-			for _, d := range gone {
-				results[last].Abandoned = append(results[last].Abandoned, d.ID)
 			}
 		}
 	}
