@@ -113,6 +113,20 @@ type OutboxBatchEnqueuer interface {
 	EnqueueBatch(ctx context.Context, envs []Envelope) ([]OutboxResult, error)
 }
 
+// DueClaimer is implemented by claim stores that can claim, in one call,
+// what ClaimRetryReady and then ClaimPending would hand out. Detect it
+// with a type assertion; the dispatch package's Dispatcher uses it, when
+// its store has it, to take a cycle's work in one call instead of two.
+//
+// ClaimDue claims up to req.Limit entries: first the retry-ready ones,
+// earliest due first (then ID), then pending ones, oldest first, as
+// ClaimRetryReady followed by ClaimPending with the rest of the limit
+// would, but in one atomic step. The claims carry req's worker and
+// lease, like those of the two calls.
+type DueClaimer interface {
+	ClaimDue(ctx context.Context, req ClaimRequest) ([]ClaimedEntry, error)
+}
+
 // ClaimRenewer is implemented by claim stores that can extend a claim while
 // its worker is still emitting (a heartbeat). Detect it with a type
 // assertion.

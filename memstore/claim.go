@@ -13,6 +13,7 @@ import (
 var (
 	_ ledger.OutboxStore         = (*Outbox)(nil)
 	_ ledger.ClaimStore          = (*Outbox)(nil)
+	_ ledger.DueClaimer          = (*Outbox)(nil)
 	_ ledger.OutboxBatchEnqueuer = (*Outbox)(nil)
 )
 
@@ -277,14 +278,7 @@ func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]l
 	}
 	now := ledger.Normalize(req.Now)
 	o.mu.Lock()
-	var picks []*entry
-	c := o.pending.first()
-	for k, ok := c.next(); ok && len(picks) < req.Limit; k, ok = c.next() {
-		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
-			picks = append(picks, p)
-		}
-	}
-	out := o.grant(picks, req, now)
+	out := o.grant(o.pickPending(now, req.Limit), req, now)
 	o.mu.Unlock()
 	return cloneClaimed(out), nil
 }
@@ -297,18 +291,52 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 		return nil, err
 	}
 	now := ledger.Normalize(req.Now)
-	end := now.UnixMicro()
 	o.mu.Lock()
+	out := o.grant(o.pickRetryReady(now, req.Limit), req, now)
+	o.mu.Unlock()
+	return cloneClaimed(out), nil
+}
+
+// ClaimDue claims what ClaimRetryReady and then ClaimPending would (see
+// ledger.DueClaimer), under one lock. Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	now := ledger.Normalize(req.Now)
+	o.mu.Lock()
+	picks := o.pickRetryReady(now, req.Limit)
+	picks = append(picks, o.pickPending(now, req.Limit-len(picks))...)
+	out := o.grant(picks, req, now)
+	o.mu.Unlock()
+	return cloneClaimed(out), nil
+}
+
+// pickPending returns up to limit claimable Pending entries in delivery
+// order. The caller holds o.mu.
+func (o *Outbox) pickPending(now time.Time, limit int) []*entry {
 	var picks []*entry
+	c := o.pending.first()
+	for k, ok := c.next(); ok && len(picks) < limit; k, ok = c.next() {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
+			picks = append(picks, p)
+		}
+	}
+	return picks
+}
+
+// pickRetryReady returns up to limit claimable retry-ready entries,
+// earliest due first. The caller holds o.mu.
+func (o *Outbox) pickRetryReady(now time.Time, limit int) []*entry {
+	var picks []*entry
+	end := now.UnixMicro()
 	c := o.scheduled.first()
-	for k, ok := c.next(); ok && k.at <= end && len(picks) < req.Limit; k, ok = c.next() {
+	for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
 		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryClaimable(now) {
 			picks = append(picks, p)
 		}
 	}
-	out := o.grant(picks, req, now)
-	o.mu.Unlock()
-	return cloneClaimed(out), nil
+	return picks
 }
 
 // grant claims each of picks for req.Worker. The caller holds o.mu.

@@ -194,6 +194,16 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req)
 }
 
+// ClaimDue claims due RetryScheduled and Deferred entries, then Pending
+// ones, in one statement (see ledger.DueClaimer): what ClaimRetryReady and
+// then ClaimPending with the rest of the limit would claim.
+func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	return o.claim(ctx, "claim due", o.s.q.claimDue, req)
+}
+
 // claim runs a claim statement (claimTemplate: ledger.OutboxEntry.Grant in
 // SQL, its history entries written by the same statement) and returns the
 // claims in the statement's order.

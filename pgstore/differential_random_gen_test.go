@@ -98,6 +98,7 @@ var diffOutboxGens = []diffGen{
 	{1, noGrant, false, (*diffRun).opMarkDeadLettered},
 	{6, noGrant, true, (*diffRun).opClaimPending},
 	{4, noGrant, false, (*diffRun).opClaimRetryReady},
+	{3, noGrant, false, (*diffRun).opClaimDue},
 	{3, aClaim, false, (*diffRun).opMarkClaimDelivered},
 	{4, aClaim, false, (*diffRun).opMarkClaimFailed},
 	{2, aClaim, false, (*diffRun).opMarkClaimDeadLettered},

@@ -258,9 +258,10 @@ const (
 	// writesEntries: the entries of diffOp.keys.
 	writesEntries
 	// writesPending and writesRetryReady: any entry a claim could take
-	// (FindPending or FindRetryReady is compared after).
+	// (FindPending or FindRetryReady is compared after); writesDue, both.
 	writesPending
 	writesRetryReady
+	writesDue
 )
 
 // diffRun is the state of one seed: the generator, the two sides, what
@@ -325,6 +326,9 @@ func (r *diffRun) step(i int) {
 		r.compareRead(i, after, "FindPending", r.findPending)
 	case writesRetryReady:
 		r.compareRead(i, after, "FindRetryReady", r.findRetryReady)
+	case writesDue:
+		r.compareRead(i, after, "FindRetryReady", r.findRetryReady)
+		r.compareRead(i, after, "FindPending", r.findPending)
 	}
 }
 
