@@ -59,6 +59,12 @@ var (
 		{"InvalidUTF8", "bad\xffname"},
 		{"NUL", "bad\x00name"},
 		{"ControlChar", "bad\tname"},
+		// Names that look like another name: format and invisible
+		// characters are refused, so that look-alikes are one name.
+		{"RightToLeftOverride", "x1\u202e"},
+		{"ZeroWidthSpace", "x1\u200b"},
+		{"NoBreakSpace", "x\u00a01"},
+		{"HangulFiller", "x1\u3164"},
 	}
 	// claimBadOptionalNames are malformed identifiers that may be empty.
 	claimBadOptionalNames = claimBadNames[1:]

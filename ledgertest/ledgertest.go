@@ -72,6 +72,8 @@ var ledgerGroups = []struct {
 	{"History", testHistory},
 	{"Stats", testStats},
 	{"Validation", testValidation},
+	{"Bounds", testBounds},
+	{"Tokens", testTokens},
 	{"Concurrency", testConcurrency},
 	{"Races", testLedgerRaces},
 }
@@ -93,6 +95,8 @@ var claimGroups = []struct {
 	{"History", testEntryHistory},
 	{"Stats", testOutboxStats},
 	{"Validation", testOutboxValidation},
+	{"Bounds", testClaimBounds},
+	{"Tokens", testClaimTokens},
 	{"Concurrency", testClaimConcurrency},
 	{"Races", testClaimRaces},
 }

@@ -451,3 +451,13 @@ func begin(ctx context.Context, invalid error) error {
 	}
 	return ctx.Err()
 }
+
+// handOut returns the copy of a stored delivery that leaves the store: a
+// deep copy, so that the caller shares no memory with the store, without
+// the tokens of its lease and ended lease (ledger.Delivery.Redacted): a
+// token is the grantee's alone, and reaches it only in the Lease that
+// Lease returns. Every record a method returns goes through here.
+func handOut(d ledger.Delivery) ledger.Delivery { return d.Clone().Redacted() }
+
+// handOutEntry is handOut for outbox entries and their claim tokens.
+func handOutEntry(e ledger.OutboxEntry) ledger.OutboxEntry { return e.Clone().Redacted() }
