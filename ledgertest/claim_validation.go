@@ -183,6 +183,8 @@ func claimBadEntries(call func(ctx context.Context, f claimFixture, e ledger.Out
 	}
 	out = append(out, claimBadEach("Attempts", []claimBadValue{{"Negative", ""}},
 		with(func(e *ledger.OutboxEntry, _ string) { e.Attempts = -1 }))...)
+	out = append(out, claimBadEach("Attempts", []claimBadValue{{"PastMaxCount", ""}},
+		with(func(e *ledger.OutboxEntry, _ string) { e.Attempts = ledger.MaxCount + 1 }))...)
 	out = append(out, claimBadEmissionErrors(func(ctx context.Context, f claimFixture, ee ledger.EmissionError) error {
 		return with(func(e *ledger.OutboxEntry, _ string) { e.LastError = &ee })(ctx, f, "")
 	})...)
