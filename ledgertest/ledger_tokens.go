@@ -93,7 +93,9 @@ func tokensRebuiltLeaseCannotAct(t *testing.T, f *ledgerFixture) {
 	// record shows it.
 	rebuilt := *held.Lease
 	for name, call := range map[string]func() (ledger.DeliveryResult, error){
-		"Acknowledge": func() (ledger.DeliveryResult, error) { return f.l.Acknowledge(f.ctx, rebuilt, "forged", at(time.Second)) },
+		"Acknowledge": func() (ledger.DeliveryResult, error) {
+			return f.l.Acknowledge(f.ctx, rebuilt, "forged", at(time.Second))
+		},
 		"MarkFailed": func() (ledger.DeliveryResult, error) {
 			return f.l.MarkFailed(f.ctx, rebuilt, ledger.FailureReason{Message: "forged", Permanent: true}, at(time.Second))
 		},
