@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,15 +62,24 @@ type Option func(*config)
 
 // WithSchema sets the PostgreSQL schema that holds the store's tables
 // (default DefaultSchema). The name must be 1 to 63 bytes of ASCII letters,
-// digits and underscores, not starting with a digit; anything else makes
-// New fail with ErrInvalid. Migrate creates the schema if it is missing.
+// digits and underscores, not starting with a digit, and not one of the
+// system's: a name starting with pg_ (PostgreSQL reserves them, and
+// Migrate could not create one) or information_schema (the SQL standard's
+// catalog views), in any case. Anything else makes New fail with
+// ErrInvalid. Migrate creates the schema if it is missing.
 func WithSchema(name string) Option {
 	return func(c *config) {
-		if !schemaName.MatchString(name) {
+		lower := strings.ToLower(name)
+		switch {
+		case !schemaName.MatchString(name):
 			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"})
-			return
+		case strings.HasPrefix(lower, "pg_"):
+			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must not start with pg_, which PostgreSQL reserves for its own schemas"})
+		case lower == "information_schema":
+			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must not be information_schema, the system catalog's"})
+		default:
+			c.schema = name
 		}
-		c.schema = name
 	}
 }
 
