@@ -211,7 +211,9 @@ func (s *Store) Schema() string { return s.cfg.schema }
 // together with the caller's business writes. The store never commits or
 // rolls back tx: each call runs in a savepoint of it, released when the
 // call succeeds and rolled back when it fails, so a failed call leaves tx
-// usable. Calls made through it are not retried, and their locks are held
+// usable. Every statement a call sends runs inside a savepoint, reads and
+// the database clock read (WithDatabaseClock) included: nothing the store
+// runs can abort the caller's transaction. Calls made through it are not retried, and their locks are held
 // until the caller ends tx: keep such transactions short. A nil tx makes
 // every call fail with ErrInvalid.
 //
