@@ -193,7 +193,9 @@ func txCalls() []txCall {
 		{"List", func(ctx context.Context, s *pgstore.Store, _ txFixture) error {
 			return err2(s.List(ctx, ledger.ListQuery{Limit: 10}))
 		}},
-		{"History", func(ctx context.Context, s *pgstore.Store, _ txFixture) error { return err2(s.History(ctx, "d-leased")) }},
+		{"History", func(ctx context.Context, s *pgstore.Store, _ txFixture) error {
+			return err2(s.History(ctx, "d-leased"))
+		}},
 		{"Stats", func(ctx context.Context, s *pgstore.Store, _ txFixture) error {
 			return err2(s.Stats(ctx, ledger.StatsFilter{}, now))
 		}},

@@ -6,6 +6,9 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
+// (or, to check for leaked goroutines in the package's own TestMain,
+// goleak.VerifyTestMain(pgtest.Harness(m)), which is what Main does)
+//
 //	func TestX(t *testing.T) {
 //		pool := pgtest.Pool(t)
 //		schema := pgtest.Schema(t, pool)
@@ -22,7 +25,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"go.uber.org/goleak"
 	"os"
 	"strconv"
 	"sync"
@@ -31,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/leaseledger/ledger/internal/pgcluster"
 )
@@ -80,11 +83,26 @@ func ci() bool {
 	return v
 }
 
-// Main runs the tests of a package and exits; call it from TestMain. The
-// cluster is started lazily on the first DSN/Pool call, so test binaries
-// (or -run selections, or -short runs) that never touch the database pay
-// nothing; it is stopped after m.Run whatever the outcome.
-func Main(m *testing.M) {
+// Main runs the tests of a package and exits; call it from TestMain. It
+// is Harness(m) under goleak.VerifyTestMain: after tests that passed, a
+// goroutine still running (a pool, a listener or a loop some test or the
+// code under test forgot to stop) fails the binary.
+func Main(m *testing.M) { goleak.VerifyTestMain(Harness(m)) }
+
+// Harness wraps m so that its Run gives the tests the database: the
+// cluster is started lazily on the first DSN or Pool call, so test
+// binaries (or -run selections, or -short runs) that never touch the
+// database pay nothing, and it is stopped after the tests whatever their
+// outcome, before Run returns. Packages whose TestMain checks for leaked
+// goroutines itself pass it to goleak.VerifyTestMain:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Harness(m)) }
+func Harness(m *testing.M) interface{ Run() int } { return harnessM{m} }
+
+type harnessM struct{ m *testing.M }
+
+// Run runs the tests with the database and returns their exit code.
+func (h harnessM) Run() int {
 	harness.mu.Lock()
 	harness.mainCalled = true
 	if url := os.Getenv(EnvDatabaseURL); url != "" {
@@ -92,15 +110,17 @@ func Main(m *testing.M) {
 	} else if _, err := pgcluster.Find(); err != nil {
 		if ci() {
 			fmt.Fprintf(os.Stderr, "pgtest: CI=true requires a database: %v; %s\n", err, alternative)
-			os.Exit(1)
+			harness.mu.Unlock()
+			return 1
 		}
 		harness.skip = fmt.Sprintf("no database: %v; %s", err, alternative)
 	}
 	harness.mu.Unlock()
 
-	code := m.Run()
+	code := h.m.Run()
 
 	harness.mu.Lock()
+	defer harness.mu.Unlock()
 	if b := harness.bouncer; b != nil {
 		if err := b.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping pgbouncer: %v\n", err)
@@ -113,17 +133,7 @@ func Main(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping cluster: %v\n", err)
 		}
 	}
-	harness.mu.Unlock()
-	// Every package that talks to PostgreSQL also starts goroutines (pools,
-	// listeners, dispatch loops); one left running after the tests is a
-	// leak in the code or a test that forgot its cleanup.
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: goroutines left running after the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	return code
 }
 
 // dsn returns the database URL, starting the cluster on first use.
