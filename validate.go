@@ -20,8 +20,12 @@ const (
 	// MaxTextBytes bounds free text: reasons, details, observations.
 	MaxTextBytes = 4 << 10
 	// DefaultMaxPayload is the default payload limit; stores make it
-	// configurable.
+	// configurable, up to MaxPayloadLimit.
 	DefaultMaxPayload = 1 << 20
+	// MaxPayloadLimit bounds the payload limit a store may be configured
+	// with, the same for every store: PostgreSQL's bytea holds at most
+	// 1 GiB, and a payload that large belongs in object storage anyway.
+	MaxPayloadLimit = 256 << 20
 	// MaxLimit bounds every limit, page size and batch length.
 	MaxLimit = 1000
 	// MaxCount bounds every count a record keeps (OutboxEntry.Attempts,

@@ -57,10 +57,12 @@ func WithDefaultPolicy(p ledger.Policy) Option {
 
 // WithMaxPayload sets the largest payload, in bytes, that Enqueue accepts
 // for deliveries and outbox envelopes (ledger.DefaultMaxPayload by
-// default). A value below 1 is ignored.
+// default). A value below 1 or above ledger.MaxPayloadLimit (the bound
+// pgstore keeps too, so that both stores accept the same payloads) is
+// ignored.
 func WithMaxPayload(n int) Option {
 	return func(c *config) {
-		if n >= 1 {
+		if n >= 1 && n <= ledger.MaxPayloadLimit {
 			c.maxPayload = n
 		}
 	}

@@ -30,9 +30,9 @@ const DefaultSchema = "leaseledger"
 // failed with a safely retryable error, unless WithMaxRetries says otherwise.
 const DefaultMaxRetries = 3
 
-// MaxPayloadLimit bounds WithMaxPayload: PostgreSQL's bytea holds at most
-// 1 GiB, and a payload that large belongs in object storage anyway.
-const MaxPayloadLimit = 256 << 20
+// MaxPayloadLimit bounds WithMaxPayload: ledger.MaxPayloadLimit, the same
+// bound memstore keeps.
+const MaxPayloadLimit = ledger.MaxPayloadLimit
 
 // schemaName is what WithSchema accepts: an identifier-like name, so that
 // it reads the same quoted or not and never needs escaping by an operator.
