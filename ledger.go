@@ -223,7 +223,7 @@ const (
 func (m FollowMode) Valid() bool { return m == Follow || m == LeaveBehind }
 
 // CauseKind names why a delivery ended as Expired. Callers may use their
-// own kinds (1 to 255 bytes, no control characters) beside these.
+// own kinds (a name: see ValidateName) beside these.
 type CauseKind string
 
 // Cause kinds the ledger itself uses, and common ones for callers.
