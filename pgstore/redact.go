@@ -7,8 +7,9 @@ import "github.com/leaseledger/ledger"
 // the store only without them (ledger.Delivery.Redacted), so that anyone
 // who can read the ledger cannot act as a holder. Only the Lease or Claim
 // a grant returns to its grantee carries a token. Every exported method
-// that returns records passes them through one of these functions, at its
-// return.
+// that returns records passes them through one of these functions (or
+// Redacted) at its return, or at the return of the helper it ends in
+// (base, find and claim in claim.go).
 
 func deliveryOut(r ledger.DeliveryResult, err error) (ledger.DeliveryResult, error) {
 	r.Delivery = r.Delivery.Redacted()
