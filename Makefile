@@ -6,14 +6,24 @@ GO ?= go
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test test/short bench bench-load lint demo chaos
+.PHONY: help setup test test/long test/short bench bench-load lint demo chaos
 
 help: ## List targets with their descriptions
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-test: ## Vet, then run all tests with the race detector
+setup: ## Check (as root on Debian/Ubuntu: install) what the tests need: PostgreSQL server, pgbouncer, chromium
+	@./.ci/setup
+
+# Database tests mostly wait on the server, so more of them run at once
+# than there are cores (-parallel); the slowest run in shorter forms here,
+# and in full in test/long and chaos.
+test: setup ## Vet, then run all tests with the race detector (under 8 minutes on 2 idle cores)
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -parallel 8 -timeout 15m ./...
+
+test/long: setup ## The long forms of the tests make test shortens: index builds beside 1,000,000 rows, chaos with 1,000 items, all of TestBouncer
+	LEDGER_TEST_LONG=true $(GO) test -race -count=1 -parallel 8 -timeout 20m \
+		-run 'TestMigrateConcurrentlyOnALargeTable|TestChaosPG|TestBouncer' ./pgstore ./internal/chaos
 
 test/short: ## Run the quick tests only (-short)
 	$(GO) test -short ./...

@@ -479,13 +479,25 @@ func first(errs ...error) error {
 const cursorPrefix = "c1:"
 
 // EncodeCursor returns the opaque List cursor that resumes after id.
-func EncodeCursor(after DeliveryID) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + string(after)))
-}
+func EncodeCursor(after DeliveryID) string { return encodeCursor(cursorPrefix, string(after)) }
 
 // DecodeCursor returns the ID a List cursor resumes after; "" for an empty
 // cursor. A cursor not made by EncodeCursor is ErrInvalid.
 func DecodeCursor(cursor string) (DeliveryID, error) {
+	id, err := decodeCursor(cursorPrefix, cursor)
+	return DeliveryID(id), err
+}
+
+// encodeCursor returns the cursor that resumes after id in the listing
+// whose cursors start with prefix.
+func encodeCursor(prefix, after string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(prefix + after))
+}
+
+// decodeCursor returns the ID a cursor of the listing with prefix resumes
+// after; "" for an empty cursor. The prefix keeps the cursors of two
+// listings apart.
+func decodeCursor(prefix, cursor string) (string, error) {
 	if cursor == "" {
 		return "", nil
 	}
@@ -493,16 +505,16 @@ func DecodeCursor(cursor string) (DeliveryID, error) {
 		return "", invalid("cursor", "malformed")
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
-	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) {
+	if err != nil || !strings.HasPrefix(string(raw), prefix) {
 		return "", invalid("cursor", "malformed")
 	}
-	id := strings.TrimPrefix(string(raw), cursorPrefix)
+	id := strings.TrimPrefix(string(raw), prefix)
 	// The decoder skips line breaks even in strict mode; requiring the
 	// canonical spelling keeps one cursor to one string.
-	if ValidateName("cursor", id) != nil || EncodeCursor(DeliveryID(id)) != cursor {
+	if ValidateName("cursor", id) != nil || encodeCursor(prefix, id) != cursor {
 		return "", invalid("cursor", "malformed")
 	}
-	return DeliveryID(id), nil
+	return id, nil
 }
 
 // ValidateGet checks the ID given to Get or FindByID.

@@ -35,6 +35,15 @@ func testClaimTokens(t *testing.T, newStore NewClaimStoreFunc) {
 			requireNoClaimToken(t, e)
 			require.NotNil(t, e.Claim)
 		}
+		if l, ok := s.(ledger.OutboxLister); ok {
+			page, err := l.ListEntries(t.Context(), ledger.OutboxListQuery{Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, page.Entries, 2)
+			for _, e := range page.Entries {
+				requireNoClaimToken(t, e)
+				require.NotNil(t, e.Claim, "ListEntries shows who holds the claim")
+			}
+		}
 		// A retry claimed, then read through FindRetryReady once its claim
 		// ran out (the claim stays on the entry until claimed again).
 		next := claimAt(time.Second)
@@ -124,6 +133,11 @@ func testClaimTokens(t *testing.T, newStore NewClaimStoreFunc) {
 		pending, err := s.FindPending(t.Context(), 10)
 		require.NoError(t, err)
 		values := []any{got, got[0].Claim, claimFind(t, s, got[0].Entry.ID), released, pending}
+		if l, ok := s.(ledger.OutboxLister); ok {
+			page, err := l.ListEntries(t.Context(), ledger.OutboxListQuery{Limit: 10})
+			require.NoError(t, err)
+			values = append(values, page)
+		}
 		if h, ok := s.(ledger.OutboxHistorian); ok {
 			hist, err := h.EntryHistory(t.Context(), got[1].Entry.ID)
 			require.NoError(t, err)

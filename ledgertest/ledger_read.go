@@ -139,6 +139,14 @@ func listFilters(t *testing.T, f *ledgerFixture) {
 		list(ledger.ListQuery{States: []ledger.DeliveryState{ledger.DeliveryStateOffered, ledger.DeliveryStateLeased, ledger.DeliveryStateAcknowledged}}))
 	require.Equal(t, []ledger.DeliveryID{"st-processed"},
 		list(ledger.ListQuery{Targets: []ledger.Target{"host-2"}, States: []ledger.DeliveryState{ledger.DeliveryStateProcessed, ledger.DeliveryStateFailed}}))
+	// Open states with the other filters, which a store may serve from
+	// its indexes of open records.
+	open := []ledger.DeliveryState{ledger.DeliveryStateOffered, ledger.DeliveryStateLeased, ledger.DeliveryStateAcknowledged}
+	require.Equal(t, []ledger.DeliveryID{"st-acknowledged"}, list(ledger.ListQuery{Targets: []ledger.Target{"host-1"}, States: open}))
+	require.Equal(t, []ledger.DeliveryID{"st-offered"}, list(ledger.ListQuery{Ceremony: "cer-1", States: open}))
+	require.Empty(t, list(ledger.ListQuery{Ceremony: "cer-1", States: []ledger.DeliveryState{ledger.DeliveryStateLeased}}))
+	require.Equal(t, []ledger.DeliveryID{"st-leased", "st-processed"},
+		list(ledger.ListQuery{Targets: []ledger.Target{"host-2"}, States: []ledger.DeliveryState{ledger.DeliveryStateLeased, ledger.DeliveryStateProcessed}}))
 }
 
 // manyIDs returns n IDs prefix-00, prefix-01, ...

@@ -11,7 +11,8 @@
 // Subtests are named after the rule they check (Enqueue/SameContentIsRepeated).
 // There are no capability flags: a store passes the whole suite or it does
 // not conform. The groups for optional interfaces (Renewer, Purger,
-// Historian, StatsReporter and their outbox twins) run when the store
+// Historian, StatsReporter, EndedLister and their outbox twins,
+// OutboxLister) run when the store
 // implements the interface and skip, saying which, when it does not. Time moves only by passing later now values computed from a
 // fixed t0; nothing sleeps. Invariant checkers return errors so that the
 // suite can itself be tested against deliberately broken stores.
@@ -68,6 +69,7 @@ var ledgerGroups = []struct {
 	{"Supersede", testSupersede},
 	{"Get", testGet},
 	{"List", testList},
+	{"ListEnded", testListEnded},
 	{"PurgeDeliveries", testPurgeDeliveries},
 	{"History", testHistory},
 	{"Stats", testStats},
@@ -91,6 +93,8 @@ var claimGroups = []struct {
 	{"Claim", testClaim},
 	{"ClaimCompletions", testClaimCompletions},
 	{"RenewClaim", testRenewClaim},
+	{"ListEntries", testListEntries},
+	{"ListEndedEntries", testListEndedEntries},
 	{"PurgeEntries", testPurgeEntries},
 	{"History", testEntryHistory},
 	{"Stats", testOutboxStats},

@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,148 +37,6 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 		return nil, err
 	}
 	return outboxResultsOut(o.enqueue(ctx, "outbox enqueue batch", envs))
-}
-
-// enqueue works like Store.enqueue, keyed by the entry ID each envelope's
-// idempotency key derives. The rows are inserted in ID order, their
-// enqueue_seq in envelope order (see enqueueSeqs).
-func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
-	s := o.s
-	now := ledger.Normalize(s.cfg.clock())
-	var results []ledger.OutboxResult
-	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
-		records := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(envs))
-		var ids []ledger.OutboxEntryID
-		for _, env := range envs {
-			e := ledger.NewOutboxEntry(env, now)
-			if _, dup := records[e.ID]; !dup {
-				records[e.ID] = e
-				ids = append(ids, e.ID)
-			}
-		}
-		seqs, err := o.enqueueSeqs(ctx, tx, ids) // ids are in envelope order here
-		if err != nil {
-			return false, err
-		}
-		slices.Sort(ids) // as in Store.enqueue: no deadlock between batches
-		b := &pgx.Batch{}
-		for _, id := range ids {
-			r, err := newOutboxRow(records[id])
-			if err != nil {
-				return false, err
-			}
-			args := pointers(r.columns())
-			if seqs != nil {
-				args = append(args, seqs[id])
-			}
-			if !s.cfg.noHistory {
-				args = append(args, historyArgs(entryCreationOf(records[id]))...)
-			}
-			b.Queue(o.insertSQL(seqs != nil), args...)
-		}
-		inserted, err := execBatch(ctx, tx, b)
-		if err != nil {
-			return false, err
-		}
-		var taken []string
-		fresh := make(map[ledger.OutboxEntryID]bool, len(ids))
-		for i, id := range ids {
-			fresh[id] = inserted[i]
-			if !inserted[i] {
-				taken = append(taken, string(id))
-			}
-		}
-		if len(taken) > 0 {
-			rows, err := tx.Query(ctx, s.q.entriesByID, taken)
-			if err != nil {
-				return false, err
-			}
-			existing, err := collectEntries(rows)
-			if err != nil {
-				return false, err
-			}
-			if len(existing) != len(taken) {
-				return false, errRowChanged
-			}
-			for _, e := range existing {
-				records[e.ID] = e
-			}
-		}
-		results = make([]ledger.OutboxResult, len(envs))
-		for i, env := range envs {
-			id := ledger.OutboxEntryIDFor(env.IdempotencyKey)
-			rec := records[id]
-			if fresh[id] {
-				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: rec.Clone()}
-				fresh[id] = false
-				continue
-			}
-			results[i] = ledger.OutboxResult{Outcome: rec.EnqueueAgain(env), Entry: rec.Clone()}
-		}
-		return s.notifyInserted(ctx, tx, ChannelOutbox, len(taken) < len(ids))
-	})
-	if err != nil {
-		return nil, err
-	}
-	return results, nil
-}
-
-// insertSQL returns the INSERT of an entry: with an explicit enqueue_seq
-// or not, writing its creation entry into the history or not.
-func (o *Outbox) insertSQL(withSeq bool) string {
-	q, logged := o.s.q, !o.s.cfg.noHistory
-	switch {
-	case withSeq && logged:
-		return q.insertEntryAtLogged
-	case withSeq:
-		return q.insertEntryAt
-	case logged:
-		return q.insertEntryLogged
-	}
-	return q.insertEntry
-}
-
-// enqueueSeqs returns the enqueue_seq to insert each of ids with (the
-// distinct IDs of one call, in envelope order), or nil when the column
-// default will do.
-//
-// FindPending and ClaimPending break ties on created_at by enqueue_seq, and
-// every entry of one call shares one created_at, so enqueue_seq must follow
-// the order of the envelopes. The rows, though, are inserted in ID order,
-// so that two batches sharing keys wait for each other's keys in the same
-// order and cannot deadlock; the column default would number them in that
-// order. So a call of more than one entry takes its values from the
-// identity's sequence in one round trip, sorts them (the order nextval ran
-// in across the rows of one SELECT is not a promise PostgreSQL makes) and
-// hands the k-th smallest to the k-th envelope. One INSERT ... SELECT FROM
-// unnest(...) WITH ORDINALITY could number rows by ordinality without the
-// round trip, but only by inserting them in ordinality order, which is the
-// deadlock again, and it would need every column as an array. A single
-// entry needs no reservation: the default numbers it as well as any.
-//
-// Values taken for keys that turn out to exist are lost; only the order of
-// the values matters, never their density.
-func (o *Outbox) enqueueSeqs(ctx context.Context, tx pgx.Tx, ids []ledger.OutboxEntryID) (map[ledger.OutboxEntryID]int64, error) {
-	if len(ids) < 2 {
-		return nil, nil
-	}
-	rows, err := tx.Query(ctx, o.s.q.reserveEnqueueSeqs, o.s.q.enqueueSeqName, len(ids))
-	if err != nil {
-		return nil, err
-	}
-	vals, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, err
-	}
-	if len(vals) != len(ids) {
-		return nil, fmt.Errorf("took %d enqueue sequence values for %d entries", len(vals), len(ids))
-	}
-	slices.Sort(vals)
-	seqs := make(map[ledger.OutboxEntryID]int64, len(ids))
-	for i, id := range ids {
-		seqs[id] = vals[i]
-	}
-	return seqs, nil
 }
 
 // Save writes entry's mutable fields when its Version is current (see
@@ -353,33 +209,52 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 		tokens[i] = string(ledger.NewToken())
 	}
 	var out []ledger.ClaimedEntry
-	err = s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
-		out = nil
-		rows, err := tx.Query(ctx, query, now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
-			string(ledger.OpClaim), string(ledger.OutcomeApplied), !s.cfg.noHistory)
-		if err != nil {
-			return false, err
+	args := []any{now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
+		string(ledger.OpClaim), string(ledger.OutcomeApplied), !s.cfg.noHistory}
+	var r outboxRow
+	ptrs := pointers(r.columns()) // Scan writes every field of r, every row
+	scan := func(rows pgx.Rows) error {
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
 		}
-		defer rows.Close()
-		var r outboxRow
-		ptrs := pointers(r.columns()) // Scan writes every field of r, every row
-		for rows.Next() {
-			if err := rows.Scan(ptrs...); err != nil {
+		e := r.entry()
+		if e.Claim == nil {
+			return errRowChanged
+		}
+		out = append(out, ledger.ClaimedEntry{Claim: *e.Claim, Entry: e})
+		return nil
+	}
+	if s.callerTx {
+		err = s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+			out = nil
+			rows, err := tx.Query(ctx, query, args...)
+			if err != nil {
 				return false, err
 			}
-			e := r.entry()
-			if e.Claim == nil {
-				return false, errRowChanged
+			defer rows.Close()
+			for rows.Next() {
+				if err := scan(rows); err != nil {
+					return false, err
+				}
 			}
-			out = append(out, ledger.ClaimedEntry{Claim: *e.Claim, Entry: e})
-		}
-		if err := rows.Err(); err != nil {
-			return false, err
-		}
-		return len(out) > 0, nil
-	})
+			if err := rows.Err(); err != nil {
+				return false, err
+			}
+			return len(out) > 0, nil
+		})
+	} else if err = s.claims.enter(ctx); err == nil {
+		err = s.trip(ctx, op, []string{grantPrelude}, query, args, func() { out = nil }, scan)
+		s.claims.leave()
+	} else {
+		err = wrap(ctx, op, err)
+	}
 	if err != nil {
 		return nil, err
+	}
+	if s.held != nil {
+		for _, ce := range out {
+			s.held.keepEntry(ce.Entry.Clone())
+		}
 	}
 	return claimedOut(out, nil)
 }
@@ -416,6 +291,7 @@ func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, claim
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}
+	s.held.settledEntry(claim.EntryID, res)
 	return res, nil
 }
 

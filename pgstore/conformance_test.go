@@ -8,6 +8,8 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	// Beside the other runs of whole suites: they mostly wait on the server.
+	t.Parallel()
 	t.Run("Ledger", func(t *testing.T) {
 		ledgertest.TestLedger(t, func(t *testing.T) ledger.Ledger {
 			s, _ := newStore(t)

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"hash/fnv"
-	"slices"
 
 	"time"
 
@@ -48,86 +47,6 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 	return deliveriesOut(s.enqueue(ctx, "enqueue batch", reqs, now))
 }
 
-// enqueue inserts the first request of every ID (INSERT ... ON CONFLICT DO
-// NOTHING, pipelined in one round trip), reads the records that already
-// held an ID, and answers each request against the record its ID holds.
-func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
-	now = ledger.Normalize(now)
-	var results []ledger.DeliveryResult
-	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
-		records := make(map[ledger.DeliveryID]ledger.Delivery, len(reqs))
-		var ids []ledger.DeliveryID
-		for _, req := range reqs {
-			if _, dup := records[req.ID]; !dup {
-				records[req.ID] = ledger.NewDelivery(req, s.cfg.defaults, now)
-				ids = append(ids, req.ID)
-			}
-		}
-		// Insert in ID order, so that two batches sharing IDs wait for each
-		// other in the same order instead of deadlocking.
-		slices.Sort(ids)
-		b := &pgx.Batch{}
-		for _, id := range ids {
-			r, err := newDeliveryRow(records[id])
-			if err != nil {
-				return false, err
-			}
-			if s.cfg.noHistory {
-				b.Queue(s.q.insertDelivery, pointers(r.columns())...)
-			} else {
-				b.Queue(s.q.insertDeliveryLogged, append(pointers(r.columns()), historyArgs(creationOf(records[id]))...)...)
-			}
-		}
-		inserted, err := execBatch(ctx, tx, b)
-		if err != nil {
-			return false, err
-		}
-		var taken []string
-		for i, id := range ids {
-			if !inserted[i] {
-				taken = append(taken, string(id))
-			}
-		}
-		if len(taken) > 0 {
-			rows, err := tx.Query(ctx, s.q.deliveriesByID, taken)
-			if err != nil {
-				return false, err
-			}
-			existing, err := collectDeliveries(rows)
-			if err != nil {
-				return false, err
-			}
-			if len(existing) != len(taken) {
-				// An ID conflicted but its row is gone: it was purged in
-				// between. Not a business outcome; the caller may retry.
-				return false, errRowChanged
-			}
-			for _, d := range existing {
-				records[d.ID] = d
-			}
-		}
-		fresh := make(map[ledger.DeliveryID]bool, len(ids))
-		for i, id := range ids {
-			fresh[id] = inserted[i]
-		}
-		results = make([]ledger.DeliveryResult, len(reqs))
-		for i, req := range reqs {
-			rec := records[req.ID]
-			if fresh[req.ID] {
-				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: rec.Clone()}
-				fresh[req.ID] = false // later requests with this ID are judged against it
-				continue
-			}
-			results[i] = ledger.DeliveryResult{Outcome: rec.EnqueueAgain(req, s.cfg.defaults), Delivery: rec.Clone()}
-		}
-		return s.notifyInserted(ctx, tx, ChannelDeliveries, len(taken) < len(ids))
-	})
-	if err != nil {
-		return nil, err
-	}
-	return results, nil
-}
-
 // Lease hands out offerable deliveries (see ledger.Ledger). In one
 // transaction it first applies the incarnation rule (the agent's leases
 // under other incarnations, locked and reclaimed with
@@ -150,6 +69,12 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		return ledger.LeaseResult{}, err
 	}
 	now = ledger.Normalize(now)
+	if !s.callerTx {
+		if err := s.leases.enter(ctx); err != nil {
+			return ledger.LeaseResult{}, wrap(ctx, "lease", err)
+		}
+		defer s.leases.leave()
+	}
 	var res ledger.LeaseResult
 	err = s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
 		res = ledger.LeaseResult{}
@@ -159,7 +84,12 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		// holds as if the calls ran one after the other. The lock is
 		// transaction-scoped (nothing outlives the call, PgBouncer-safe)
 		// and taken before any row lock, so it cannot join a deadlock.
-		if _, err := tx.Exec(ctx, s.q.advisoryXL, agentLockKey(s.cfg.schema, owner.Agent)); err != nil {
+		b := &pgx.Batch{}
+		if !s.callerTx {
+			b.Queue(grantPrelude)
+		}
+		b.Queue(s.q.advisoryXL, agentLockKey(s.cfg.schema, owner.Agent))
+		if _, err := execBatch(ctx, tx, b); err != nil {
 			return false, err
 		}
 		counts := deliveryCounts{}
@@ -190,6 +120,14 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	})
 	if err != nil {
 		return ledger.LeaseResult{}, err
+	}
+	if s.held != nil {
+		for _, id := range res.Reclaimed {
+			s.held.deliveries.cache.drop(string(id))
+		}
+		for _, l := range res.Leased {
+			s.held.keepDelivery(l.Delivery.Clone())
+		}
 	}
 	return leaseOut(res, nil)
 }

@@ -52,6 +52,8 @@ const (
 // memstore is the reference: the message of a failing seed names the seed,
 // the step, the call, the command that replays it, and the whole op log.
 func TestRandomSequencesMatchMemstore(t *testing.T) {
+	// Beside the other runs of whole suites: they mostly wait on the server.
+	t.Parallel()
 	pgtest.DSN(t) // skips here, not in every worker, without a database
 	seeds := diffSeedList()
 	next := make(chan uint64, len(seeds))

@@ -9,7 +9,7 @@
 //
 // # Setup
 //
-//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	pool, err := pgxpool.New(ctx, os.Getenv("LEDGER_DATABASE_URL"))
 //	store, err := pgstore.New(pool, pgstore.WithSchema("leaseledger"))
 //	err = store.Migrate(ctx) // idempotent; safe from many processes at once
 //	outbox := store.Outbox()
@@ -17,8 +17,14 @@
 // Migrate creates the schema when it is missing and applies the embedded,
 // versioned migrations (migrations/NNNN_name.sql) in one transaction under
 // a transaction-scoped advisory lock, recording them in
-// schema_migrations. Every statement names the schema, so the store works
-// whatever the connection's search_path. It needs PostgreSQL 13 or newer.
+// schema_migrations; a migration that builds indexes on large tables
+// (CREATE INDEX CONCURRENTLY) runs statement by statement outside the
+// transaction instead, so that writers go on. It refuses a schema that a
+// newer build migrated (ErrNewerSchema). MigrationSQL gives the same SQL
+// to teams that apply schema changes with their own tool, and
+// MigrationStatus the applied and pending versions. Every statement names
+// the schema, so the store works whatever the connection's search_path.
+// It needs PostgreSQL 13 or newer.
 //
 // # The model
 //

@@ -197,6 +197,8 @@ func TestGroupCommitUnderCancellations(t *testing.T) {
 // group commit changes the path of on a store with it off (the package's
 // TestConformance runs everything with it on, the default).
 func TestConformanceWithoutGroupCommit(t *testing.T) {
+	// Beside the other runs of whole suites: they mostly wait on the server.
+	t.Parallel()
 	affected := map[string]bool{"Acknowledge": true, "MarkProcessed": true, "MarkFailed": true, "Release": true,
 		"RecordActivation": true, "Abandon": true, "ClaimCompletions": true, "Concurrency": true, "Races": true}
 	newStore := func(t *testing.T) *Store {

@@ -80,7 +80,14 @@ func (s *Store) complete(ctx context.Context, c deliveryCompletion) (ledger.Deli
 		s.groups.deliveries.alone.Add(1)
 		defer s.groups.deliveries.alone.Add(-1)
 	}
-	return s.transitionAlone(ctx, c)
+	if d := s.runHeldDeliveries(ctx, []deliveryCompletion{c})[0]; d.decided {
+		return d.res, wrap(ctx, c.op, d.err)
+	}
+	res, err := s.transitionAlone(ctx, c)
+	if err == nil {
+		s.held.settledDelivery(c.id, res)
+	}
+	return res, err
 }
 
 // completeClaim runs one claim completion, grouped like transition.
@@ -96,6 +103,10 @@ func (o *Outbox) completeClaim(ctx context.Context, op string, h how, claim ledg
 		}
 		s.groups.entries.alone.Add(1)
 		defer s.groups.entries.alone.Add(-1)
+	}
+	c := entryCompletion{op: op, h: h, id: claim.EntryID, apply: apply}
+	if d := s.runHeldEntries(ctx, []entryCompletion{c})[0]; d.decided {
+		return d.res, wrap(ctx, op, d.err)
 	}
 	return o.completeClaimAlone(ctx, op, h, claim, apply)
 }
@@ -256,6 +267,12 @@ func runGroup[Req, Res any](ctx context.Context, s *Store, ms []*groupMember[Req
 // history entry and the fence raises, then the count changes with the
 // commit.
 func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[deliveryCompletion, ledger.DeliveryResult]) {
+	ms = decideHeld(ms, func(cs []deliveryCompletion) []heldOutcome[ledger.DeliveryResult] {
+		return s.runHeldDeliveries(ctx, cs)
+	})
+	if len(ms) == 0 {
+		return
+	}
 	st := &s.groups.stmts
 	results := make([]ledger.DeliveryResult, len(ms))
 	ok := runGroup(ctx, s, ms, func(c *groupConn) (*groupWrites, error) {
@@ -307,6 +324,7 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 	if ok {
 		for i, m := range ms {
 			m.res = results[i]
+			s.held.settledDelivery(m.req.id, m.res)
 		}
 	}
 }
@@ -398,6 +416,10 @@ func queueFenceWrites(b *pgx.Batch, st *groupStatements, read, now map[string]*l
 // entries in ID order, apply each call in arrival order, stamped with the
 // store's clock, and write the changes back.
 func (s *Store) runEntryGroup(ctx context.Context, ms []*groupMember[entryCompletion, ledger.OutboxResult]) {
+	ms = decideHeld(ms, func(cs []entryCompletion) []heldOutcome[ledger.OutboxResult] { return s.runHeldEntries(ctx, cs) })
+	if len(ms) == 0 {
+		return
+	}
 	results := make([]ledger.OutboxResult, len(ms))
 	ok := runGroup(ctx, s, ms, func(c *groupConn) (*groupWrites, error) {
 		ids := make([]string, len(ms))
@@ -434,6 +456,25 @@ func (s *Store) runEntryGroup(ctx context.Context, ms []*groupMember[entryComple
 	if ok {
 		for i, m := range ms {
 			m.res = results[i]
+			s.held.settledEntry(m.req.id, m.res)
 		}
 	}
+}
+
+// decideHeld lets held decide what it can of the members' calls (see
+// runHeldEntries) and returns the members left undecided.
+func decideHeld[Req, Res any](ms []*groupMember[Req, Res], held func([]Req) []heldOutcome[Res]) []*groupMember[Req, Res] {
+	reqs := make([]Req, len(ms))
+	for i, m := range ms {
+		reqs[i] = m.req
+	}
+	rest := ms[:0:0]
+	for i, d := range held(reqs) {
+		if !d.decided {
+			rest = append(rest, ms[i])
+			continue
+		}
+		ms[i].res, ms[i].err = d.res, d.err
+	}
+	return rest
 }

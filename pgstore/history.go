@@ -69,13 +69,6 @@ func changeOf(h how, before, after ledger.Delivery) deliveryChange {
 	return deliveryChange{before: before, after: after, t: t}
 }
 
-// creationOf is the history entry of a record that Enqueue created.
-func creationOf(d ledger.Delivery) ledger.Transition {
-	t := ledger.DeliveryTransition(ledger.OpEnqueue, nil, &d, "")
-	t.Seq = d.Version
-	return t
-}
-
 // entryChange is one applied transition of an outbox entry.
 type entryChange = change[ledger.OutboxEntry]
 
@@ -89,11 +82,14 @@ func entryChangeOf(h how, before, after ledger.OutboxEntry) entryChange {
 	return entryChange{before: before, after: after, t: t}
 }
 
-// entryCreationOf is creationOf for outbox entries.
-func entryCreationOf(e ledger.OutboxEntry) ledger.Transition {
-	t := ledger.EntryTransition(ledger.OpEnqueue, nil, &e, "")
-	t.Seq = e.Version
-	return t
+// impliedCreation is the history entry of the creation of a record
+// created in state first at created: ledger.DeliveryTransition (or
+// EntryTransition) of OpEnqueue for the new record, numbered 1, which
+// Enqueue does not store when history is on (migrations/0008). Every
+// enqueue creates its record at version 1 in its first state, so the
+// record holds all the entry says; a test ties the two together.
+func impliedCreation(first string, created time.Time) ledger.Transition {
+	return ledger.Transition{Seq: 1, Op: ledger.OpEnqueue, To: first, Outcome: ledger.OutcomeApplied, At: ledger.Normalize(created)}
 }
 
 // historyRows collects history entries column by column, for one INSERT
@@ -124,13 +120,6 @@ func (h *historyRows) queue(b *pgx.Batch, sql string) {
 	b.Queue(sql, h.ids, h.seqs, h.ops, h.froms, h.tos, h.outcomes, h.actors, h.reasons, h.ats)
 }
 
-// historyArgs are the parameters a single entry adds to an INSERT of its
-// record (see insertWithHistorySQL), in the order of historyColumns
-// without the ID.
-func historyArgs(t ledger.Transition) []any {
-	return []any{t.Seq, string(t.Op), t.From, t.To, string(t.Outcome), t.Actor, t.Reason, t.At}
-}
-
 // History returns the transitions of delivery id, oldest first (see
 // ledger.Historian), in one statement that reads the record's key and its
 // history rows together. With WithoutHistory, or for a record written
@@ -141,7 +130,7 @@ func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Tra
 	if err := s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
 		return nil, err
 	}
-	return s.history(ctx, "history", s.q.deliveryHistory, string(id))
+	return s.history(ctx, "history", s.q.deliveryHistory, string(id), string(ledger.DeliveryStateOffered))
 }
 
 // EntryHistory returns the transitions of outbox entry id, oldest first,
@@ -150,12 +139,14 @@ func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]l
 	if err := o.s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
 		return nil, err
 	}
-	return o.s.history(ctx, "entry history", o.s.q.entryHistory, string(id))
+	return o.s.history(ctx, "entry history", o.s.q.entryHistory, string(id), string(ledger.OutboxStatusPending))
 }
 
 // history runs a history query: no row means no such record; one row
-// whose seq is NULL, a record without history rows.
-func (s *Store) history(ctx context.Context, op, query, id string) ([]ledger.Transition, error) {
+// whose seq is NULL, a record without history rows. When the record's
+// creation is implied (see impliedCreation), its entry comes first,
+// made from the record: a record is created in state first.
+func (s *Store) history(ctx context.Context, op, query, id, first string) ([]ledger.Transition, error) {
 	var out []ledger.Transition
 	err := s.read(ctx, op, func(db dbtx) error {
 		rows, err := db.Query(ctx, query, id)
@@ -171,9 +162,14 @@ func (s *Store) history(ctx context.Context, op, query, id string) ([]ledger.Tra
 				seq                                      *int64
 				operation, from, to, outcome, actor, why *string
 				at                                       *time.Time
+				implied                                  bool
+				created                                  time.Time
 			)
-			if err := rows.Scan(&seq, &operation, &from, &to, &outcome, &actor, &why, &at); err != nil {
+			if err := rows.Scan(&seq, &operation, &from, &to, &outcome, &actor, &why, &at, &implied, &created); err != nil {
 				return err
+			}
+			if implied && len(out) == 0 {
+				out = append(out, impliedCreation(first, created))
 			}
 			if seq == nil {
 				continue // the record, without history rows

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -12,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
 )
 
 // migrationFS holds the versioned schema migrations, NNNN_name.sql. In
@@ -23,16 +26,57 @@ var migrationFS embed.FS
 // schemaPlaceholder is replaced by the quoted schema name in migrations.
 const schemaPlaceholder = "{schema}"
 
-// migration is one embedded migration file.
+// ErrNewerSchema means the schema records a migration version higher than
+// any this build knows: a newer build has migrated it. Migrate answers it
+// (wrapped, with both versions) instead of running against a schema whose
+// rules it cannot know; check for it with errors.Is.
+var ErrNewerSchema = errors.New("pgstore: schema migrated by a newer build")
+
+// Directives a migration file may carry on lines of their own in its
+// leading comment block, before its first statement.
+const (
+	// directivePrefix starts every directive; an unknown one is an error,
+	// so that a misspelt directive cannot silently change how a file runs.
+	directivePrefix = "-- pgstore:"
+	// directiveNoTx makes the file run outside a transaction, one
+	// statement at a time: what CREATE INDEX CONCURRENTLY and DROP INDEX
+	// CONCURRENTLY need. See runOutsideTx.
+	directiveNoTx = directivePrefix + "no-transaction"
+	// markerMigration starts each version in MigrationSQL's output.
+	markerMigration = directivePrefix + "migration"
+)
+
+// migration is one migration file.
 type migration struct {
 	version int
 	name    string
 	sql     string
+	// noTx: the file runs outside a transaction (directiveNoTx), as the
+	// statements of steps, one at a time.
+	noTx  bool
+	steps []string
 }
 
+// id names m as its file does, without the extension: 0007_enqueued_target.
+func (m migration) id() string { return fmt.Sprintf("%04d_%s", m.version, m.name) }
+
 // loadMigrations returns the embedded migrations in version order.
-func loadMigrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+func loadMigrations() ([]migration, error) { return readMigrations(migrationFS, "migrations") }
+
+// readMigrations reads and checks the migrations in dir of fsys, in
+// version order.
+func readMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	ms, err := readMigrationFiles(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	return sortMigrations(ms)
+}
+
+// readMigrationFiles reads and parses the migrations in dir of fsys, in
+// no particular order.
+func readMigrationFiles(fsys fs.FS, dir string) ([]migration, error) {
+	files, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
 	if err != nil {
 		return nil, err
 	}
@@ -41,16 +85,31 @@ func loadMigrations() ([]migration, error) {
 		base := strings.TrimSuffix(path.Base(f), ".sql")
 		num, name, ok := strings.Cut(base, "_")
 		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
+		if !ok || err != nil || v < 1 || len(num) != 4 || name == "" {
 			return nil, fmt.Errorf("migration file %s: want NNNN_name.sql", f)
 		}
-		body, err := migrationFS.ReadFile(f)
+		body, err := fs.ReadFile(fsys, f)
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, migration{version: v, name: name, sql: string(body)})
+		m, err := parseMigration(v, name, string(body))
+		if err != nil {
+			return nil, fmt.Errorf("migration file %s: %w", f, err)
+		}
+		ms = append(ms, m)
 	}
+	return ms, nil
+}
+
+// sortMigrations puts ms in version order and checks that no two share
+// a version and that the first runs in a transaction.
+func sortMigrations(ms []migration) ([]migration, error) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	if len(ms) > 0 && ms[0].noTx {
+		// It creates schema_migrations, which the steps outside a
+		// transaction read.
+		return nil, fmt.Errorf("migration %s: the first migration must run in a transaction", ms[0].id())
+	}
 	for i := 1; i < len(ms); i++ {
 		if ms[i].version == ms[i-1].version {
 			return nil, fmt.Errorf("two migrations have version %d", ms[i].version)
@@ -58,6 +117,74 @@ func loadMigrations() ([]migration, error) {
 	}
 	return ms, nil
 }
+
+// parseMigration reads a file's directives and checks its statements: a
+// file that runs in a transaction may not build or drop an index
+// CONCURRENTLY (PostgreSQL refuses it there), and one that runs outside
+// may build or drop an index only CONCURRENTLY and idempotently, since a
+// step interrupted half way runs again.
+func parseMigration(version int, name, body string) (migration, error) {
+	m := migration{version: version, name: name, sql: body}
+	for line := range strings.Lines(body) {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if !strings.HasPrefix(line, "--") {
+			break // the leading comment block ends at the first statement
+		}
+		if !strings.HasPrefix(line, directivePrefix) {
+			continue
+		}
+		switch line {
+		case directiveNoTx:
+			m.noTx = true
+		default:
+			return migration{}, fmt.Errorf("unknown directive %q (the one known is %q)", line, directiveNoTx)
+		}
+	}
+	stmts, err := splitStatements(body)
+	if err != nil {
+		return migration{}, err
+	}
+	if len(stmts) == 0 {
+		return migration{}, errors.New("no statements")
+	}
+	named := map[string]bool{} // the indexes built or dropped so far
+	for _, st := range stmts {
+		kind := indexStatementOf(st)
+		for _, name := range kind.names {
+			if m.noTx && named[name] {
+				// Run by two processes at once, or again after an
+				// interruption, a drop would undo a build of the same
+				// name that another run has finished.
+				return migration{}, fmt.Errorf("index %s is named by two statements: outside a transaction, build the new index under a new name, then drop the old one", strings.ToLower(name))
+			}
+			named[name] = true
+		}
+		switch {
+		case !m.noTx && kind.concurrently:
+			return migration{}, fmt.Errorf("statement %q runs CONCURRENTLY: the file needs the line %q", firstLine(st), directiveNoTx)
+		case m.noTx && kind.create && !(kind.concurrently && kind.ifExists):
+			return migration{}, fmt.Errorf("statement %q: outside a transaction an index is built with CREATE INDEX CONCURRENTLY IF NOT EXISTS", firstLine(st))
+		case m.noTx && kind.drop && !(kind.concurrently && kind.ifExists):
+			return migration{}, fmt.Errorf("statement %q: outside a transaction an index is dropped with DROP INDEX CONCURRENTLY IF EXISTS", firstLine(st))
+		}
+	}
+	if m.noTx {
+		m.steps = stmts
+	}
+	return m, nil
+}
+
+// firstLine is the start of a statement, for messages.
+func firstLine(stmt string) string {
+	line, _, _ := strings.Cut(stmt, "\n")
+	return strings.TrimSpace(line)
+}
+
+// fill returns sql with the schema placeholder replaced by quoted.
+func fill(sql, quoted string) string { return strings.ReplaceAll(sql, schemaPlaceholder, quoted) }
 
 // migrationLockKey is the pg_advisory_xact_lock key that serialises
 // migrations of one schema: processes migrating other schemas of the same
@@ -69,17 +196,33 @@ func migrationLockKey(schema string) int64 {
 }
 
 // Migrate brings the store's schema up to date: it creates the schema if
-// it is missing and applies, in one transaction, every embedded migration
-// not yet recorded in its schema_migrations table. It is a no-op when the
-// schema is up to date. Several processes may call it at once: a
-// transaction-scoped advisory lock, keyed by the schema name, makes them
-// take turns, and each finds the work done by the one before. Versions
-// recorded in the table that this build does not know (a newer build
-// migrated first) are left alone, so a rolling deployment may run old and
-// new builds side by side as long as migrations only add.
+// it is missing and applies every embedded migration not yet recorded in
+// its schema_migrations table, in version order. It is a no-op when the
+// schema is up to date, and answers ErrNewerSchema (wrapped), changing
+// nothing, when the table records a version higher than this build knows.
 //
-// Migrate on a store returned by WithTx runs in the caller's transaction;
-// the advisory lock is then held until that transaction ends.
+// Migrations run in one transaction under a transaction-scoped advisory
+// lock keyed by the schema name, except a migration marked to run outside
+// a transaction (one that builds or drops an index CONCURRENTLY, so that
+// writers are not blocked on a large table): it runs statement by
+// statement, each on its own, and is recorded only once every statement
+// has taken effect; an index a failed build left INVALID is dropped and
+// built again. Several processes may call Migrate at once, also through
+// PgBouncer in transaction pooling mode: they take turns on the lock for
+// the transactional migrations, and the statements run outside a
+// transaction are idempotent, so each process finds the work of the
+// others done or finishes it. A Migrate that fails part way (a cancelled
+// context, a lost connection) can simply be called again.
+//
+// Migrate on a store returned by WithTx runs in the caller's transaction,
+// and the advisory lock is then held until that transaction ends; a
+// pending migration that must run outside a transaction makes it fail
+// with ErrInvalid, having applied nothing.
+//
+// An older build that must start against a schema a newer one migrated
+// (during a rolling deployment) can recognise ErrNewerSchema and skip
+// Migrate, at its own risk: a newer migration may have changed what the
+// older code relies on.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -88,45 +231,109 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
+	return s.migrate(ctx, ms)
+}
+
+// migrate applies the pending migrations of ms in order: the
+// transactional ones in one transaction, up to the first that runs
+// outside a transaction, which runOutsideTx then applies; and so on until
+// none is pending.
+func (s *Store) migrate(ctx context.Context, ms []migration) error {
 	quoted := pgx.Identifier{s.cfg.schema}.Sanitize()
-	return s.inTx(ctx, "migrate", func(tx pgx.Tx) (bool, error) {
-		if _, err := tx.Exec(ctx, s.q.advisoryXL, migrationLockKey(s.cfg.schema)); err != nil {
-			return false, err
-		}
-		if _, err := tx.Exec(ctx, s.q.createSchema); err != nil {
-			return false, err
-		}
-		applied := map[int]bool{}
-		var exists bool
-		if err := tx.QueryRow(ctx, s.q.migrationsTableExists, s.cfg.schema).Scan(&exists); err != nil {
-			return false, err
-		}
-		if exists {
-			rows, err := tx.Query(ctx, s.q.appliedMigrations)
+	for {
+		var outside *migration
+		var refused error // ErrNewerSchema, returned as it is
+		err := s.inTx(ctx, "migrate", func(tx pgx.Tx) (bool, error) {
+			outside, refused = nil, nil
+			if _, err := tx.Exec(ctx, s.q.advisoryXL, migrationLockKey(s.cfg.schema)); err != nil {
+				return false, err
+			}
+			if _, err := tx.Exec(ctx, s.q.createSchema); err != nil {
+				return false, err
+			}
+			applied, err := s.appliedVersions(ctx, tx)
 			if err != nil {
 				return false, err
 			}
-			versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-			if err != nil {
-				return false, err
+			if refused = s.checkNotNewer(applied, ms); refused != nil {
+				return false, nil
 			}
-			for _, v := range versions {
-				applied[v] = true
+			for _, m := range ms {
+				if applied[m.version] {
+					continue
+				}
+				if m.noTx {
+					if s.callerTx {
+						return false, &ledger.InvalidError{Field: "tx", Reason: "migration " + m.id() +
+							" must run outside a transaction: call Migrate on a store made by New, not WithTx"}
+					}
+					outside = &m
+					break
+				}
+				// No arguments: pgx sends it over the simple protocol, which
+				// runs the file's several statements in order.
+				if _, err := tx.Exec(ctx, fill(m.sql, quoted)); err != nil {
+					return false, fmt.Errorf("migration %s: %w", m.id(), err)
+				}
+				if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name, s.cfg.clock()); err != nil {
+					return false, err
+				}
 			}
+			return true, nil
+		})
+		switch {
+		case err != nil:
+			return err
+		case refused != nil:
+			return refused
+		case outside == nil:
+			return nil
 		}
-		for _, m := range ms {
-			if applied[m.version] {
-				continue
-			}
-			// No arguments: pgx sends it over the simple protocol, which
-			// runs the file's several statements in order.
-			if _, err := tx.Exec(ctx, strings.ReplaceAll(m.sql, schemaPlaceholder, quoted)); err != nil {
-				return false, fmt.Errorf("migration %04d_%s: %w", m.version, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name, s.cfg.clock()); err != nil {
-				return false, err
-			}
+		if err := s.runOutsideTx(ctx, *outside); err != nil {
+			return wrap(ctx, "migrate", fmt.Errorf("migration %s: %w", outside.id(), err))
 		}
-		return true, nil
-	})
+	}
+}
+
+// appliedVersions reads the versions schema_migrations records, none when
+// the table does not exist yet.
+func (s *Store) appliedVersions(ctx context.Context, db dbtx) (map[int]bool, error) {
+	applied := map[int]bool{}
+	var exists bool
+	if err := db.QueryRow(ctx, s.q.migrationsTableExists, s.cfg.schema).Scan(&exists); err != nil {
+		return nil, err
+	}
+	if !exists {
+		return applied, nil
+	}
+	rows, err := db.Query(ctx, s.q.appliedMigrations)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
+}
+
+// checkNotNewer answers ErrNewerSchema when applied holds a version above
+// the highest of ms.
+func (s *Store) checkNotNewer(applied map[int]bool, ms []migration) error {
+	known := 0
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].version
+	}
+	newest := 0
+	for v := range applied {
+		newest = max(newest, v)
+	}
+	if newest > known {
+		return fmt.Errorf("%w: schema %s records version %04d, this build knows versions up to %04d",
+			ErrNewerSchema, s.cfg.schema, newest, known)
+	}
+	return nil
 }

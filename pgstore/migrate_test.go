@@ -38,15 +38,9 @@ func TestMigrate(t *testing.T) {
 	t.Run("ConcurrentOnFreshSchema", func(t *testing.T) {
 		pool := pgtest.Pool(t)
 		schema := pgtest.Schema(t, pool)
-		// A pool of its own with a connection per migrator, so that the
-		// eight really run at once and meet on the advisory lock.
-		cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
-		require.NoError(t, err)
-		cfg.ConnConfig.RuntimeParams["search_path"] = ""
-		cfg.MaxConns = 8
-		wide, err := pgxpool.NewWithConfig(testContext(t), cfg)
-		require.NoError(t, err)
-		t.Cleanup(wide.Close)
+		// A connection per migrator, so that the eight really run at
+		// once and meet on the advisory lock.
+		wide := widePool(t, 8)
 
 		ctx := testContext(t)
 		errs := make([]error, 8)
@@ -118,18 +112,21 @@ func TestMigrate(t *testing.T) {
 		ctx := testContext(t)
 		applyFirstMigration(ctx, t, pool, schema)
 		at := time.Date(2031, time.March, 4, 5, 6, 7, 0, time.UTC)
-		// Without history, single enqueues need nothing of the later
-		// migrations: they run on the old schema.
+		// The entries a store of 0001's time enqueued, as it wrote them.
+		var old []ledger.OutboxEntryID
+		for i := range 6 {
+			key := fmt.Sprintf("old-%d", i)
+			id := ledger.OutboxEntryIDFor(key)
+			_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "outbox_entries"}.Sanitize()+`
+				(id, provider, kind, idempotency_key, status, attempts, dead_letter_reason, claim_seq, created_at, updated_at, version)
+				VALUES ($1, 'p', 'k', $2, 'pending', 0, '', 0, $3, $3, 1)`, string(id), key, at)
+			require.NoError(t, err)
+			old = append(old, id)
+		}
+		slices.Sort(old) // the order before 0002: created_at (shared), then id
 		s, err := pgstore.New(pool, pgstore.WithSchema(schema), fixedClock(at), pgstore.WithoutHistory())
 		require.NoError(t, err)
 		o := s.Outbox()
-		var old []ledger.OutboxEntryID
-		for i := range 6 {
-			res, err := o.Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("old-%d", i)})
-			require.NoError(t, err)
-			old = append(old, res.Entry.ID)
-		}
-		slices.Sort(old) // the order before 0002: created_at (shared), then id
 
 		require.NoError(t, s.Migrate(ctx))
 		var envs []ledger.Envelope

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -40,8 +39,8 @@ const (
 	// supersedableWhere mirrors ledger.Delivery.Supersedable.
 	supersedableWhere = `state IN ('offered', 'leased')`
 
-	// pendingWhere mirrors OutboxEntry.PendingClaimable (with
-	// unclaimedWhere). pendingOrder is OutboxEntry.PendingBefore with ties
+	// pendingWhere mirrors OutboxEntry.PendingClaimable, less the claim
+	// (see claimTemplate). pendingOrder is OutboxEntry.PendingBefore with ties
 	// on created_at broken by enqueue order (enqueue_seq), as pendingBefore
 	// in claim.go is in Go: a batch shares one created_at, and ids are
 	// hashes. enqueue_seq comes from a sequence, so the id is not needed.
@@ -51,8 +50,6 @@ const (
 	// RetryBefore.
 	retryReadyWhere = `status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1`
 	retryOrder      = `next_attempt_at, id`
-	// unclaimedWhere: no claim in force at $1.
-	unclaimedWhere = `(claim_token IS NULL OR claim_expires_at <= $1)`
 )
 
 // deliveryGrantSet expresses ledger.Delivery.Grant in SQL (the right-hand
@@ -160,12 +157,20 @@ SELECT %[3]s FROM updated ORDER BY was_available_at, id`
 // reason. Parameters beside outboxGrantSet's: $6 the operation, $7 the
 // outcome, $8 whether history is on; the actor is the worker, $4.
 const claimTemplate = `
-WITH picked AS (
-	SELECT id FROM %[1]s
-	WHERE %[2]s
+WITH fresh AS (
+	SELECT id, %[7]s FROM %[1]s
+	WHERE %[2]s AND claim_token IS NULL
 	ORDER BY %[3]s
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
+), lapsed AS (
+	SELECT id, %[7]s FROM %[1]s
+	WHERE claim_token IS NOT NULL AND claim_expires_at <= $1 AND %[2]s
+	FOR UPDATE SKIP LOCKED
+), picked AS (
+	SELECT id FROM (SELECT * FROM fresh UNION ALL SELECT * FROM lapsed) AS c
+	ORDER BY %[3]s
+	LIMIT $2
 ` + pairTokens + `
 	UPDATE %[1]s AS d SET ` + outboxGrantSet + `
 	FROM granted
@@ -179,10 +184,20 @@ WITH picked AS (
 )
 SELECT %[4]s FROM updated ORDER BY %[3]s`
 
+// findTemplate is FindPending and FindRetryReady: up to %[5]s rows of
+// %[2]s matching %[3]s, claimed or not, in order %[4]s. The unclaimed ones
+// come from the index the claims read, the claimed ones from the index of
+// claims (migrations/0008).
+const findTemplate = `SELECT %[1]s FROM (
+	(SELECT %[1]s, enqueue_seq FROM %[2]s WHERE %[3]s AND claim_token IS NULL ORDER BY %[4]s LIMIT %[5]s)
+	UNION ALL
+	(SELECT %[1]s, enqueue_seq FROM %[2]s WHERE claim_token IS NOT NULL AND %[3]s)
+) AS f ORDER BY %[4]s LIMIT %[5]s`
+
 // queries holds every statement of one store, for one schema.
 type queries struct {
-	getDelivery, lockDelivery, deliveriesByID      string
-	insertDelivery, updateDelivery, listDeliveries string
+	getDelivery, lockDelivery, deliveriesByID string
+	updateDelivery, listDeliveries            string
 	// lease[byTargets][byCeremony] grants offerable deliveries (see
 	// leaseTemplate).
 	lease [2][2]string
@@ -195,23 +210,20 @@ type queries struct {
 	supersedable                              string
 	ensureFence, lockFence, setFence          string
 	getEntry, lockEntry, entriesByID          string
-	insertEntry, updateEntry                  string
+	updateEntry                               string
 	findPending, findRetryReady               string
 	claimPending, claimRetryReady             string
 	migrationsTableExists, appliedMigrations  string
 	recordMigration, createSchema, advisoryXL string
 
-	// insertEntryAt is insertEntry with an explicit enqueue_seq as the
-	// last parameter; reserveEnqueueSeqs takes $2 values from the
-	// sequence named $1 (enqueueSeqName). See Outbox.enqueue.
-	insertEntryAt, reserveEnqueueSeqs, enqueueSeqName string
+	// reserveEnqueueSeqs takes $2 values from the sequence named $1
+	// (enqueueSeqName). See Outbox.enqueue.
+	reserveEnqueueSeqs, enqueueSeqName string
 
-	// The history (history.go): the inserts of a record that also write
-	// its creation entry when they insert it, the multi-row inserts of
-	// entries, and the reads.
-	insertDeliveryLogged, insertEntryLogged, insertEntryAtLogged string
-	insertDeliveryHistory, insertEntryHistory                    string
-	deliveryHistory, entryHistory                                string
+	// The history (history.go): the multi-row inserts of entries, and
+	// the reads.
+	insertDeliveryHistory, insertEntryHistory string
+	deliveryHistory, entryHistory             string
 
 	// The counts (stats.go): stats[byTarget][byCeremony] and outboxStats
 	// read them; add* change count rows, drop* delete the rows that
@@ -220,6 +232,9 @@ type queries struct {
 	outboxStats                           string
 	addDeliveryCounts, dropDeliveryCounts string
 	addOutboxCounts, dropOutboxCounts     string
+
+	// browse holds the reads of operators' tools (browse.go).
+	browse browseQueries
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -241,15 +256,14 @@ func newQueries(schema string) *queries {
 	}
 	// grant returns a grant statement that also returns the columns
 	// carried as they were before the grant, after the new record's.
-	claim := func(where, order string) string {
-		return fmt.Sprintf(claimTemplate, outbox, where, order, strings.Join(ocols, ", "), qualified("d", ocols), entryHistory)
+	claim := func(where, order, keys string) string {
+		return fmt.Sprintf(claimTemplate, outbox, where, order, strings.Join(ocols, ", "), qualified("d", ocols), entryHistory, keys)
 	}
 
 	q := &queries{
 		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
 		lockDelivery:   selectFrom(dcols, deliveries) + " WHERE id = $1 FOR UPDATE",
 		deliveriesByID: selectFrom(dcols, deliveries) + " WHERE id = ANY($1::text[])",
-		insertDelivery: insert(deliveries, dcols),
 		updateDelivery: update(deliveries, dcols),
 		listDeliveries: selectFrom(dcols, deliveries) + ` WHERE id > $1
 			AND (cardinality($2::text[]) = 0 OR target = ANY($2::text[]))
@@ -281,15 +295,17 @@ func newQueries(schema string) *queries {
 		lockFence:   "SELECT highest FROM " + fences + " WHERE target = $1 FOR UPDATE",
 		setFence:    "UPDATE " + fences + " SET highest = $2 WHERE target = $1",
 
-		getEntry:        selectFrom(ocols, outbox) + " WHERE id = $1",
-		lockEntry:       selectFrom(ocols, outbox) + " WHERE id = $1 FOR UPDATE",
-		entriesByID:     selectFrom(ocols, outbox) + " WHERE id = ANY($1::text[])",
-		insertEntry:     insert(outbox, ocols),
-		updateEntry:     update(outbox, ocols),
-		findPending:     selectFrom(ocols, outbox) + " WHERE " + pendingWhere + " ORDER BY " + pendingOrder + " LIMIT $1",
-		findRetryReady:  selectFrom(ocols, outbox) + " WHERE " + retryReadyWhere + " ORDER BY " + retryOrder + " LIMIT $2",
-		claimPending:    claim(pendingWhere+" AND "+unclaimedWhere, pendingOrder),
-		claimRetryReady: claim(retryReadyWhere+" AND "+unclaimedWhere, retryOrder),
+		getEntry:    selectFrom(ocols, outbox) + " WHERE id = $1",
+		lockEntry:   selectFrom(ocols, outbox) + " WHERE id = $1 FOR UPDATE",
+		entriesByID: selectFrom(ocols, outbox) + " WHERE id = ANY($1::text[])",
+		updateEntry: update(outbox, ocols),
+		// The finds return claimed entries too: the unclaimed ones in
+		// order from the claims' own index, and the claimed ones, work in
+		// hand, through the index of claims.
+		findPending:     fmt.Sprintf(findTemplate, strings.Join(ocols, ", "), outbox, pendingWhere, pendingOrder, "$1"),
+		findRetryReady:  fmt.Sprintf(findTemplate, strings.Join(ocols, ", "), outbox, retryReadyWhere, retryOrder, "$2"),
+		claimPending:    claim(pendingWhere, pendingOrder, "created_at, enqueue_seq"),
+		claimRetryReady: claim(retryReadyWhere, retryOrder, "next_attempt_at"),
 
 		createSchema: "CREATE SCHEMA IF NOT EXISTS " + s,
 		advisoryXL:   "SELECT pg_catalog.pg_advisory_xact_lock($1)",
@@ -298,7 +314,6 @@ func newQueries(schema string) *queries {
 		appliedMigrations: "SELECT version FROM " + s + ".schema_migrations ORDER BY version",
 		recordMigration:   "INSERT INTO " + s + ".schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
 
-		insertEntryAt: insert(outbox, append(slices.Clip(ocols), "enqueue_seq")),
 		// The sequence's name is a parameter (a regclass) rather than a
 		// string literal in the statement, so it needs no quoting.
 		reserveEnqueueSeqs: "SELECT pg_catalog.nextval($1::regclass) FROM pg_catalog.generate_series(1, $2::integer)",
@@ -310,9 +325,7 @@ func newQueries(schema string) *queries {
 		entryHistory:          readHistory(outbox, entryHistory),
 	}
 	q.grantFailure, q.grantReason = grantProbe()
-	q.insertDeliveryLogged = insertLogged(q.insertDelivery, deliveryHistory, len(dcols))
-	q.insertEntryLogged = insertLogged(q.insertEntry, entryHistory, len(ocols))
-	q.insertEntryAtLogged = insertLogged(q.insertEntryAt, entryHistory, len(ocols)+1)
+	q.browse = newBrowseQueries(schema, dcols, ocols)
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")
 	for _, byTargets := range []bool{false, true} {
 		for _, byCeremony := range []bool{false, true} {
@@ -331,15 +344,8 @@ func newQueries(schema string) *queries {
 	return q
 }
 
-// insert returns an INSERT of every column that does nothing when the ID
-// is taken; the caller tells by the rows affected.
-func insert(table string, cols []string) string {
-	return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
-		placeholders(1, len(cols)) + ") ON CONFLICT (id) DO NOTHING"
-}
-
 // historyColumns are the columns of a history table, in the order of
-// historyRows' arrays and historyArgs.
+// historyRows' arrays.
 const historyColumns = "id, seq, op, from_state, to_state, outcome, actor, reason, at"
 
 // historyValues are the values of historyColumns from the names of the
@@ -355,23 +361,12 @@ func insertHistory(table string) string {
 			$9::timestamptz[]) AS u(id, seq, op, from_state, to_state, outcome, actor, reason, at)`
 }
 
-// insertLogged wraps insert, a record's INSERT ... ON CONFLICT DO NOTHING
-// with n parameters, so that it also writes the record's creation entry
-// into table, from the parameters after the record's (historyArgs), when
-// and only when it inserts the record: the rows affected then still say
-// whether it did, and an enqueue costs no round trip more.
-func insertLogged(insert, table string, n int) string {
-	p := func(i int) string { return fmt.Sprintf("$%d", n+i) }
-	return "WITH inserted AS (" + insert + " RETURNING id) INSERT INTO " + table + " (" + historyColumns + ") SELECT " +
-		fmt.Sprintf(historyValues, "id", p(1)+"::bigint", p(2)+"::text", p(3)+"::text", p(4)+"::text",
-			p(5)+"::text", p(6)+"::text", p(7)+"::text", p(8)+"::timestamptz") + " FROM inserted"
-}
-
 // readHistory returns the history of the record $1 of table: no row when
 // there is no such record, one row of NULLs when it has no history rows,
-// else its rows in order.
+// else its rows in order; every row also carries whether the record's
+// creation is implied (migrations/0008) and when it was created.
 func readHistory(table, history string) string {
-	return "SELECT h.seq, h.op, h.from_state, h.to_state, h.outcome, h.actor, h.reason, h.at FROM " +
+	return "SELECT h.seq, h.op, h.from_state, h.to_state, h.outcome, h.actor, h.reason, h.at, r.creation_implied, r.created_at FROM " +
 		table + " AS r LEFT JOIN " + history + " AS h ON h.id = r.id WHERE r.id = $1 ORDER BY h.seq"
 }
 

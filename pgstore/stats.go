@@ -271,21 +271,36 @@ FROM (SELECT count(*), min(available_at) FROM %[1]s WHERE %[4]s%[3]s) AS depth(n
 		GROUP BY state, cause_kind) AS g) AS ended(states, causes, totals)`
 
 // outboxStatsTemplate counts outbox entries: %[1]s is outbox_entries,
-// %[2]s outbox_counts, %[3]s pendingWhere, %[4]s retryReadyWhere and %[5]s
-// unclaimedWhere ($1 is now). RetryScheduled is counted as scheduled
-// minus Deferred, for the same reason as Offered above. An entry's due
-// time is ledger.OutboxEntry.DueAt: its creation (pending) or next attempt
-// (scheduled), or the expiry of a claim on it that ran out, if later
-// (greatest ignores a NULL expiry).
+// %[2]s outbox_counts ($1 is now). Open entries are counted through the
+// partial indexes the claims read (migrations/0008): the unclaimed ones
+// by status, and the claimed ones, few since a claim is work in hand,
+// through the index of claims by expiry. RetryScheduled is counted as
+// scheduled minus Deferred, for the same reason as Offered above. An
+// entry's due time is ledger.OutboxEntry.DueAt: its creation (pending)
+// or next attempt (scheduled), or the expiry of a claim on it that ran
+// out, if later.
 const outboxStatsTemplate = `SELECT
-	(SELECT count(*) FROM %[1]s WHERE status = 'pending'),
-	(SELECT count(*) FROM %[1]s WHERE status IN ('retry_scheduled', 'deferred')),
-	(SELECT count(*) FROM %[1]s WHERE status = 'deferred'),
-	pending.n, pending.oldest, retry.n, retry.oldest, ended.statuses, ended.totals
-FROM (SELECT count(*), min(greatest(created_at, claim_expires_at)) FROM %[1]s
-		WHERE %[3]s AND %[5]s) AS pending(n, oldest),
-	(SELECT count(*), min(greatest(next_attempt_at, claim_expires_at)) FROM %[1]s
-		WHERE %[4]s AND %[5]s) AS retry(n, oldest),
+	(SELECT count(*) FROM %[1]s WHERE status = 'pending' AND claim_token IS NULL)
+		+ claimed.pending,
+	(SELECT count(*) FROM %[1]s WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL)
+		+ claimed.scheduled,
+	(SELECT count(*) FROM %[1]s WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL AND status = 'deferred')
+		+ claimed.deferred,
+	pending.n + claimed.due_pending, least(pending.oldest, claimed.oldest_pending),
+	retry.n + claimed.due_retry, least(retry.oldest, claimed.oldest_retry),
+	ended.statuses, ended.totals
+FROM (SELECT count(*), min(created_at) FROM %[1]s
+		WHERE status = 'pending' AND claim_token IS NULL) AS pending(n, oldest),
+	(SELECT count(*), min(next_attempt_at) FROM %[1]s
+		WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL AND next_attempt_at <= $1) AS retry(n, oldest),
+	(SELECT count(*) FILTER (WHERE status = 'pending'),
+		count(*) FILTER (WHERE status IN ('retry_scheduled', 'deferred')),
+		count(*) FILTER (WHERE status = 'deferred'),
+		count(*) FILTER (WHERE status = 'pending' AND claim_expires_at <= $1),
+		min(greatest(created_at, claim_expires_at)) FILTER (WHERE status = 'pending' AND claim_expires_at <= $1),
+		count(*) FILTER (WHERE status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1 AND claim_expires_at <= $1),
+		min(greatest(next_attempt_at, claim_expires_at)) FILTER (WHERE status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1 AND claim_expires_at <= $1)
+	FROM %[1]s WHERE claim_token IS NOT NULL) AS claimed(pending, scheduled, deferred, due_pending, oldest_pending, due_retry, oldest_retry),
 	(SELECT array_agg(status), array_agg(total) FROM (
 		SELECT status, sum(n)::bigint AS total FROM %[2]s GROUP BY status) AS g) AS ended(statuses, totals)`
 
@@ -305,7 +320,7 @@ func statsQueries(q *queries, deliveries, deliveryCounts, outbox, outboxCounts s
 			q.stats[b2i(byTarget)][b2i(byCeremony)] = fmt.Sprintf(deliveryStatsTemplate, deliveries, deliveryCounts, filter, offerableWhere)
 		}
 	}
-	q.outboxStats = fmt.Sprintf(outboxStatsTemplate, outbox, outboxCounts, pendingWhere, retryReadyWhere, unclaimedWhere)
+	q.outboxStats = fmt.Sprintf(outboxStatsTemplate, outbox, outboxCounts)
 	q.addDeliveryCounts = `INSERT INTO ` + deliveryCounts + ` AS c (target, ceremony, state, cause_kind, shard, n)
 		SELECT target, ceremony, state, cause_kind, shard, n
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::bigint[])

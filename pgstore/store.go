@@ -38,6 +38,23 @@ const MaxPayloadLimit = ledger.MaxPayloadLimit
 // it reads the same quoted or not and never needs escaping by an operator.
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
+// checkSchema returns the error for a schema name WithSchema refuses:
+// one schemaName does not match, or one of the system's (a pg_ prefix,
+// which PostgreSQL reserves, or information_schema), in any case; nil for
+// a name it accepts.
+func checkSchema(name string) error {
+	lower := strings.ToLower(name)
+	switch {
+	case !schemaName.MatchString(name):
+		return &ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"}
+	case strings.HasPrefix(lower, "pg_"):
+		return &ledger.InvalidError{Field: "schema", Reason: "must not start with pg_, which PostgreSQL reserves for its own schemas"}
+	case lower == "information_schema":
+		return &ledger.InvalidError{Field: "schema", Reason: "must not be information_schema, the system catalog's"}
+	}
+	return nil
+}
+
 // config is what the Options set.
 type config struct {
 	schema     string
@@ -69,17 +86,11 @@ type Option func(*config)
 // ErrInvalid. Migrate creates the schema if it is missing.
 func WithSchema(name string) Option {
 	return func(c *config) {
-		lower := strings.ToLower(name)
-		switch {
-		case !schemaName.MatchString(name):
-			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"})
-		case strings.HasPrefix(lower, "pg_"):
-			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must not start with pg_, which PostgreSQL reserves for its own schemas"})
-		case lower == "information_schema":
-			c.fail(&ledger.InvalidError{Field: "schema", Reason: "must not be information_schema, the system catalog's"})
-		default:
-			c.schema = name
+		if err := checkSchema(name); err != nil {
+			c.fail(err)
+			return
 		}
+		c.schema = name
 	}
 }
 
@@ -169,6 +180,12 @@ type Store struct {
 	q        *queries
 	skew     *skewMeter // shared with the stores WithTx derives
 	groups   *groups    // group commit queues (group.go); nil when off
+	pool     *pgxpool.Pool
+	// held are the records this store holds grants on (held.go); nil
+	// for a store bound to a caller's transaction, which never uses them.
+	held *heldState
+	// leases and claims bound the grant statements run at once (trip.go).
+	leases, claims gate
 }
 
 // New returns a store on pool. It checks the options but does not touch
@@ -198,7 +215,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: new: %w", &ledger.InvalidError{Field: "pool", Reason: "must not be nil"})
 	}
-	s := &Store{db: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
+	s := &Store{db: pool, pool: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
+	s.held = newHeldState(cfg.schema, s.q)
+	s.leases, s.claims = newGate(), newGate()
 	s.groups = newGroups(s)
 	return s, nil
 }
@@ -223,6 +242,7 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 	c := *s
 	c.callerTx = true
 	c.db = tx // a nil tx gives a nil db, which check rejects
+	c.held = nil
 	return &c
 }
 

@@ -219,7 +219,7 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 	}
 	var page ledger.Page
 	err := s.read(ctx, "list", func(db dbtx) error {
-		rows, err := db.Query(ctx, s.q.listDeliveries, string(after), targets, optString(string(q.Ceremony)), states, q.Limit+1)
+		rows, err := db.Query(ctx, s.q.listDeliveriesSQL(q.States), string(after), targets, optString(string(q.Ceremony)), states, q.Limit+1)
 		if err != nil {
 			return err
 		}

@@ -35,27 +35,6 @@ func invalidInput(err error) error {
 	return err
 }
 
-func setupMigrate(_ *flag.FlagSet, c *common) func(context.Context, env, []string) error {
-	return func(ctx context.Context, e env, pos []string) error {
-		if err := noArgs(pos); err != nil {
-			return err
-		}
-		store, closePool, err := open(ctx, *c, true)
-		if err != nil {
-			return err
-		}
-		defer closePool()
-		if err := store.Migrate(ctx); err != nil {
-			return err
-		}
-		if c.json {
-			return writeJSON(e.stdout, map[string]any{"schema": c.schema, "migrated": true})
-		}
-		fmt.Fprintf(e.stdout, "schema %s is migrated\n", c.schema)
-		return nil
-	}
-}
-
 // listJSON is the -json document of list.
 type listJSON struct {
 	Deliveries []ledger.Delivery `json:"deliveries"`
@@ -152,7 +131,8 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 				return err
 			}
 			if c.json {
-				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: new(redact(d)), History: history})
+				shown := redact(d)
+				return writeJSON(e.stdout, showJSON{Kind: "delivery", Delivery: &shown, History: history})
 			}
 			printDelivery(e.stdout, d)
 			printHistory(e.stdout, history)
@@ -174,7 +154,8 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 			return err
 		}
 		if c.json {
-			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: new(redactEntry(entry)), History: history})
+			shown := redactEntry(entry)
+			return writeJSON(e.stdout, showJSON{Kind: "outbox_entry", Entry: &shown, History: history})
 		}
 		printEntry(e.stdout, entry)
 		printHistory(e.stdout, history)

@@ -1,7 +1,7 @@
 // Command ledgerctl is the operator's tool for a PostgreSQL leaseledger:
 // it migrates the schema, lists and shows deliveries (and outbox entries)
-// with their history, counts them, abandons a delivery, expires a ceremony
-// and purges ended records.
+// with their history, counts them, abandons a delivery, expires a ceremony,
+// purges ended records, and serves the web console.
 //
 // Usage:
 //
@@ -9,13 +9,14 @@
 //
 // Commands:
 //
-//	migrate                                  create or upgrade the schema
+//	migrate [-print | -status]               create or upgrade the schema; print its SQL; list versions
 //	list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
 //	show ID                                  one delivery (or outbox entry), every field, and its history
 //	stats [-target T] [-ceremony C]          counts by state and cause, depth and lag
 //	abandon ID -cause KIND [-detail TEXT]    end one open delivery as expired
 //	expire-ceremony ID -cause KIND [-detail TEXT]
 //	purge -older-than DURATION|RFC3339       delete records that ended before then
+//	serve [-addr HOST:PORT] [-allow-writes]  the web console (internal/console), until interrupted
 //
 // Every command takes -dsn (default $LEDGER_DATABASE_URL), -schema
 // (default pgstore.DefaultSchema) and -json (one JSON document on stdout

@@ -36,7 +36,8 @@ const connectTimeout = 15 * time.Second
 const usageText = `usage: ledgerctl COMMAND [flags] [ARGS]
 
 commands:
-  migrate                                     create or upgrade the schema
+  migrate [-print | -status]                  create or upgrade the schema; -print its SQL;
+                                              -status: the applied and pending versions
   list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
                                               list deliveries, one page
   show ID                                     one delivery (or outbox entry)
@@ -44,6 +45,7 @@ commands:
   expire-ceremony ID -cause KIND [-detail TEXT]
                                               end every open delivery of a ceremony
   purge -older-than DURATION|RFC3339          delete records that ended before then
+  serve [-addr HOST:PORT] [-allow-writes]     the web console, until interrupted
 
 common flags: -dsn URL (default $LEDGER_DATABASE_URL), -schema NAME
 (default ` + pgstore.DefaultSchema + `), -json (one JSON document on stdout).
@@ -102,6 +104,7 @@ func commands() []command {
 		{"abandon", "ID", "end one open delivery as expired with -cause", setupAbandon},
 		{"expire-ceremony", "ID", "end every open delivery of the ceremony as expired with -cause", setupExpireCeremony},
 		{"purge", "", "delete deliveries and outbox entries that ended before -older-than", setupPurge},
+		{"serve", "", "serve the web console (read-only unless -allow-writes) until interrupted", setupServe},
 	}
 }
 

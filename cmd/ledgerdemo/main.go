@@ -35,23 +35,35 @@ func main() {
 	flag.IntVar(&cfg.MaxTicks, "ticks", cfg.MaxTicks, "simulated ticks before giving up")
 	dsn := flag.String("dsn", "", "run on PostgreSQL at this URL (a fresh schema, dropped afterwards) instead of in memory")
 	throwaway := flag.Bool("pg", false, "run on a throwaway PostgreSQL cluster started from the local server binaries")
+	then := serveFlags(flag.CommandLine)
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := start(ctx, cfg, *dsn, *throwaway, os.Stdout); err != nil {
+	if err := start(ctx, cfg, *dsn, *throwaway, os.Stdout, then()); err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerdemo:", err)
 		os.Exit(1)
 	}
 }
 
-// start picks the store the flags ask for, runs the demo on it and cleans
-// up after it.
-func start(ctx context.Context, cfg config, dsn string, throwaway bool, out io.Writer) error {
+// afterFunc is what start does with the ledger once the demo ran on it,
+// before it cleans up: end is the demo's simulated now at the end.
+type afterFunc func(l ledger.Ledger, outbox ledger.ClaimStore, end time.Time) error
+
+// start picks the store the flags ask for, runs the demo on it, hands the
+// ledger to after (when not nil) and cleans up after it.
+func start(ctx context.Context, cfg config, dsn string, throwaway bool, out io.Writer, after afterFunc) error {
+	runThen := func(l ledger.Ledger, outbox ledger.ClaimStore) error {
+		end, err := simulate(ctx, cfg, l, outbox, out)
+		if err != nil || after == nil {
+			return err
+		}
+		return after(l, outbox, end)
+	}
 	if dsn == "" && !throwaway {
 		store := memstore.New()
 		fmt.Fprintln(out, "store: in memory")
-		return run(ctx, cfg, store, store.Outbox(), out)
+		return runThen(store, store.Outbox())
 	}
 	if throwaway {
 		cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
@@ -80,7 +92,7 @@ func start(ctx context.Context, cfg config, dsn string, throwaway bool, out io.W
 		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	}()
 	fmt.Fprintf(out, "store: PostgreSQL, schema %s\n", schema)
-	return run(ctx, cfg, store, store.Outbox(), out)
+	return runThen(store, store.Outbox())
 }
 
 // config sizes one demo run.
@@ -110,12 +122,18 @@ const (
 // run drives the simulation on l and outbox and writes progress and the
 // final report to out. It returns an error when an invariant fails.
 func run(ctx context.Context, cfg config, l ledger.Ledger, outbox ledger.ClaimStore, out io.Writer) error {
+	_, err := simulate(ctx, cfg, l, outbox, out)
+	return err
+}
+
+// simulate is run, and also returns the simulated now at the end.
+func simulate(ctx context.Context, cfg config, l ledger.Ledger, outbox ledger.ClaimStore, out io.Writer) (time.Time, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed))
 	now := ledger.Normalize(time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC))
 	sim := newFleet(l, outbox, rng)
 
 	if err := sim.enqueue(ctx, cfg, now); err != nil {
-		return err
+		return now, err
 	}
 	fmt.Fprintf(out, "enqueued %d deliveries to %d hosts and %d outbox entries\n", cfg.Deliveries, len(hosts), cfg.Entries)
 
@@ -123,12 +141,12 @@ func run(ctx context.Context, cfg config, l ledger.Ledger, outbox ledger.ClaimSt
 	for ; tick < cfg.MaxTicks; tick++ {
 		now = now.Add(cfg.Tick)
 		if err := sim.step(ctx, tick, now); err != nil {
-			return err
+			return now, err
 		}
 		if tick%20 == 0 {
 			open, err := sim.openCounts(ctx)
 			if err != nil {
-				return err
+				return now, err
 			}
 			fmt.Fprintf(out, "t+%-5s open deliveries %4d  open outbox entries %4d  reclaimed %3d  fence rejections %d\n",
 				time.Duration(tick+1)*cfg.Tick, open.deliveries, open.entries, sim.stats.reclaimed, sim.stats.fenceRejected)
@@ -137,5 +155,5 @@ func run(ctx context.Context, cfg config, l ledger.Ledger, outbox ledger.ClaimSt
 			}
 		}
 	}
-	return sim.report(ctx, cfg, now, out)
+	return now, sim.report(ctx, cfg, now, out)
 }

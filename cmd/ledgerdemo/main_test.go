@@ -49,8 +49,8 @@ func TestDemoOnPostgreSQLMatchesMemory(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Deliveries, cfg.Entries = 300, 60
 	var mem, pg bytes.Buffer
-	require.NoError(t, start(context.Background(), cfg, "", false, &mem))
-	require.NoError(t, start(context.Background(), cfg, pgtest.DSN(t), false, &pg))
+	require.NoError(t, start(context.Background(), cfg, "", false, &mem, nil))
+	require.NoError(t, start(context.Background(), cfg, pgtest.DSN(t), false, &pg, nil))
 	_, memReport, _ := strings.Cut(mem.String(), "\n")
 	_, pgReport, _ := strings.Cut(pg.String(), "\n")
 	assert.Equal(t, memReport, pgReport, "the report after the store line")

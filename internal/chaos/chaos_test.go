@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -67,11 +68,12 @@ func pgSettingNamed(name string) (pgSetting, bool) {
 	return pgSetting{}, false
 }
 
-// runParams sizes a run: the short form by default, the full form with
-// -chaos.full, a small one with -short.
+// runParams sizes a run: the short form by default (500 items on
+// PostgreSQL), a longer one with LEDGER_TEST_LONG=true (make test/long:
+// 1,000), the full form with -chaos.full, a small one with -short.
 func runParams(pg bool) params {
 	p := params{
-		Items: 1000, Workers: 16, Lease: 4 * time.Millisecond, MaxHeld: 4,
+		Items: 500, Workers: 16, Lease: 4 * time.Millisecond, MaxHeld: 4,
 		CancelRate: 0.02, CancelMax: 2 * time.Millisecond, TinyRate: 0.02, CrashRate: 0.003, IdleLimit: 40,
 	}
 	if !pg {
@@ -82,6 +84,8 @@ func runParams(pg bool) params {
 	switch {
 	case *fullRun:
 		p.Items = 10000
+	case pgtest.Long():
+		p.Items = max(p.Items, 1000)
 	case testing.Short():
 		p.Items = 200
 	}
@@ -362,9 +366,13 @@ func TestChaosPG(t *testing.T) {
 
 // startServer starts the cluster this test crashes; it needs one of its
 // own. Without server binaries it falls back on pgtest's database (an
-// external server, or a skip), without the crash fault.
+// external server, or a skip), without the crash fault; under CI=true,
+// where nothing may be left out silently, it fails instead.
 func startServer(t *testing.T) (string, *pgcluster.Cluster) {
 	if _, err := pgcluster.Find(); err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("CI=true, but the server crash fault needs the PostgreSQL server binaries: %v", err)
+		}
 		if os.Getenv(pgtest.EnvDatabaseURL) != "" {
 			t.Logf("no PostgreSQL server binaries (%v): running on %s without the server crash fault", err, pgtest.EnvDatabaseURL)
 		}

@@ -6,9 +6,6 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
-// (or, to check for leaked goroutines in the package's own TestMain,
-// goleak.VerifyTestMain(pgtest.Harness(m)), which is what Main does)
-//
 //	func TestX(t *testing.T) {
 //		pool := pgtest.Pool(t)
 //		schema := pgtest.Schema(t, pool)
@@ -25,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.uber.org/goleak"
 	"os"
 	"strconv"
 	"sync"
@@ -33,7 +31,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/leaseledger/ledger/internal/pgcluster"
 )
@@ -50,6 +47,17 @@ const EnvDatabaseURL = "LEDGER_TEST_DATABASE_URL"
 // includes one (a lease, an acknowledge) lower than any real deployment
 // sees. `make bench` sets it.
 const EnvDurable = "LEDGER_TEST_DURABLE"
+
+// EnvLong names the environment variable that, set to true, runs the
+// long forms of the slowest tests (`make test/long`): `make test` runs
+// shorter forms of the same checks, so that it stays fast.
+const EnvLong = "LEDGER_TEST_LONG"
+
+// Long reports whether EnvLong asks for the long forms of the tests.
+func Long() bool {
+	v, _ := strconv.ParseBool(os.Getenv(EnvLong))
+	return v
+}
 
 // durable reports whether EnvDurable asks for a durable cluster.
 func durable() bool {
@@ -83,18 +91,16 @@ func ci() bool {
 	return v
 }
 
-// Main runs the tests of a package and exits; call it from TestMain. It
-// is Harness(m) under goleak.VerifyTestMain: after tests that passed, a
-// goroutine still running (a pool, a listener or a loop some test or the
-// code under test forgot to stop) fails the binary.
-func Main(m *testing.M) { goleak.VerifyTestMain(Harness(m)) }
+// Main runs the tests of a package and exits; call it from TestMain. The
+// cluster is started lazily on the first DSN/Pool call, so test binaries
+// (or -run selections, or -short runs) that never touch the database pay
+// nothing; it is stopped after m.Run whatever the outcome. Goroutines
+// left running after passing tests fail the run.
+func Main(m *testing.M) { os.Exit(Run(m, true)) }
 
-// Harness wraps m so that its Run gives the tests the database: the
-// cluster is started lazily on the first DSN or Pool call, so test
-// binaries (or -run selections, or -short runs) that never touch the
-// database pay nothing, and it is stopped after the tests whatever their
-// outcome, before Run returns. Packages whose TestMain checks for leaked
-// goroutines itself pass it to goleak.VerifyTestMain:
+// Harness wraps m for a TestMain that checks for leaked goroutines itself,
+// with goleak.VerifyTestMain, so that the check is in the package's own
+// TestMain; its Run is Run(m, false):
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Harness(m)) }
 func Harness(m *testing.M) interface{ Run() int } { return harnessM{m} }
@@ -102,25 +108,30 @@ func Harness(m *testing.M) interface{ Run() int } { return harnessM{m} }
 type harnessM struct{ m *testing.M }
 
 // Run runs the tests with the database and returns their exit code.
-func (h harnessM) Run() int {
+func (h harnessM) Run() int { return Run(h.m, false) }
+
+// Run is Main without the exit: it returns the exit code for os.Exit.
+// checkLeaks turns the check for goroutines left running on; a harness
+// for other people's tests (pgstoretest) leaves it off, since their code
+// may keep goroutines of its own.
+func Run(m *testing.M, checkLeaks bool) int {
 	harness.mu.Lock()
 	harness.mainCalled = true
 	if url := os.Getenv(EnvDatabaseURL); url != "" {
 		harness.dsn = url
 	} else if _, err := pgcluster.Find(); err != nil {
 		if ci() {
-			fmt.Fprintf(os.Stderr, "pgtest: CI=true requires a database: %v; %s\n", err, alternative)
 			harness.mu.Unlock()
+			fmt.Fprintf(os.Stderr, "pgtest: CI=true requires a database: %v; %s\n", err, alternative)
 			return 1
 		}
 		harness.skip = fmt.Sprintf("no database: %v; %s", err, alternative)
 	}
 	harness.mu.Unlock()
 
-	code := h.m.Run()
+	code := m.Run()
 
 	harness.mu.Lock()
-	defer harness.mu.Unlock()
 	if b := harness.bouncer; b != nil {
 		if err := b.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping pgbouncer: %v\n", err)
@@ -131,6 +142,16 @@ func (h harnessM) Run() int {
 		// the directory is swept by the next run anyway.
 		if err := c.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping cluster: %v\n", err)
+		}
+	}
+	harness.mu.Unlock()
+	// Every package that talks to PostgreSQL also starts goroutines (pools,
+	// listeners, dispatch loops); one left running after the tests is a
+	// leak in the code or a test that forgot its cleanup.
+	if code == 0 && checkLeaks {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: goroutines left running after the tests: %v\n", err)
+			code = 1
 		}
 	}
 	return code
@@ -166,6 +187,17 @@ func dsn() (url, skip string, err error) {
 	return harness.dsn, "", nil
 }
 
+// URL returns the connection URL of the test database, starting the
+// cluster on first use, for code that has no testing.TB (Example
+// functions). Where a test would be skipped it returns an error.
+func URL() (string, error) {
+	url, skip, err := dsn()
+	if err == nil && skip != "" {
+		err = errors.New("pgtest: " + skip)
+	}
+	return url, err
+}
+
 // DSN returns the connection URL of the test database. It skips the test
 // when no database is available, except under CI=true, where it fails it.
 func DSN(t testing.TB) string {
@@ -188,19 +220,21 @@ func DSN(t testing.TB) string {
 // qualify a table with its schema fails instead of silently hitting public.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return connect(t, DSN(t), true)
+	empty := ""
+	return connect(t, DSN(t), &empty)
 }
 
-// connect opens a pool on url, closed when the test ends. emptyPath sets
-// an empty search_path on its connections; a bouncer cannot pass one on.
-func connect(t testing.TB, url string, emptyPath bool) *pgxpool.Pool {
+// connect opens a pool on url, closed when the test ends, whose
+// connections have *searchPath as their search_path; nil leaves the
+// server's (a bouncer cannot pass one on).
+func connect(t testing.TB, url string, searchPath *string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("pgtest: parse DSN: %v", err)
 	}
-	if emptyPath {
-		cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	if searchPath != nil {
+		cfg.ConnConfig.RuntimeParams["search_path"] = *searchPath
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -216,17 +250,46 @@ func connect(t testing.TB, url string, emptyPath bool) *pgxpool.Pool {
 	return pool
 }
 
+// SchemaPool returns a fresh, unique schema name for this test and a
+// pool, closed when the test ends, whose connections have search_path
+// set to that schema, so that tables made without a schema name land in
+// it. Like Schema it does not create the schema, and drops it with
+// everything in it when the test ends.
+func SchemaPool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	url := DSN(t)
+	name := schemaName(t)
+	path := pgx.Identifier{name}.Sanitize()
+	pool := connect(t, url, &path)
+	dropAtCleanup(t, pool, name)
+	return pool, name
+}
+
 // Schema returns a fresh, unique schema name for this test. It does not
 // create the schema (the store's migration does); it registers a cleanup
 // that drops it with everything in it. Register it after Pool so that the
 // cleanup (cleanups run last-in, first-out) runs while the pool is open.
 func Schema(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
+	name := schemaName(t)
+	dropAtCleanup(t, pool, name)
+	return name
+}
+
+// schemaName returns a fresh, unique schema name.
+func schemaName(t testing.TB) string {
+	t.Helper()
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	name := "t_" + hex.EncodeToString(b[:])
+	return "t_" + hex.EncodeToString(b[:])
+}
+
+// dropAtCleanup drops schema name, with everything in it, through pool
+// when the test ends.
+func dropAtCleanup(t testing.TB, pool *pgxpool.Pool, name string) {
+	t.Helper()
 	t.Cleanup(func() {
 		// Not t.Context(): it is already canceled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -235,7 +298,6 @@ func Schema(t testing.TB, pool *pgxpool.Pool) string {
 			t.Errorf("pgtest: drop schema %s: %v", name, err)
 		}
 	})
-	return name
 }
 
 // BouncerPool is Pool through a PgBouncer in transaction pooling mode,
@@ -259,5 +321,5 @@ func BouncerPool(t testing.TB) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connect(t, b.DSN(), false)
+	return connect(t, b.DSN(), nil)
 }

@@ -1,0 +1,287 @@
+package console
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file turns records into the views the templates print. A view
+// holds strings and numbers only, and has no field for a lease or claim
+// token: a template cannot print what it is never given.
+
+// payloadShown bounds how much of a payload a page shows.
+const payloadShown = 4 << 10
+
+// payloadView is a payload as a page shows it: as text when it is
+// printable UTF-8 (and the operator did not ask for hex), else as a hex
+// dump; at most payloadShown bytes of it either way. The template prints
+// both as text: a payload is never interpreted.
+type payloadView struct {
+	Size      int
+	Text      string
+	Hex       string
+	Truncated bool
+}
+
+func newPayloadView(p []byte, forceHex bool) payloadView {
+	v := payloadView{Size: len(p)}
+	if len(p) > payloadShown {
+		p, v.Truncated = p[:payloadShown], true
+	}
+	if !forceHex && printable(p, v.Truncated) {
+		v.Text = string(p)
+	} else if len(p) > 0 {
+		v.Hex = hex.Dump(p)
+	}
+	return v
+}
+
+// printable reports whether p reads as text: valid UTF-8 (a truncated
+// payload may end inside a character) with no control or invisible
+// characters but line breaks and tabs.
+func printable(p []byte, truncated bool) bool {
+	for len(p) > 0 {
+		r, n := utf8.DecodeRune(p)
+		if r == utf8.RuneError && n <= 1 {
+			return truncated && len(p) < utf8.UTFMax && !utf8.FullRune(p)
+		}
+		if r != '\n' && r != '\t' && r != '\r' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r)) {
+			return false
+		}
+		p = p[n:]
+	}
+	return true
+}
+
+// fmtTime prints a time for operators, in UTC to the second, or "-".
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// fmtExact prints a time to the microsecond, for the record pages.
+func fmtExact(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000Z")
+}
+
+// fmtAge prints how long before now t was, or "-" for the zero time.
+func fmtAge(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		return "in " + roundAge(-d)
+	}
+	return roundAge(d) + " ago"
+}
+
+func roundAge(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
+
+// field is one row of a record page: a name, a value, and an optional
+// link for the value.
+type field struct {
+	Name, Value, Link string
+}
+
+// deliveryView is a delivery as its page shows it.
+type deliveryView struct {
+	ID, State, Target, Ceremony string
+	Open                        bool
+	Fields                      []field
+	Payload                     payloadView
+	// MovedFrom is the target the delivery was enqueued for, once a Follow
+	// supersession moved it: the record it is linked to.
+	MovedFrom string
+}
+
+// rowView is one line of a list of deliveries or entries.
+type rowView struct {
+	ID, State, Key, Ceremony, Attempts, Available, Updated, Ended string
+}
+
+func deliveryRow(d ledger.Delivery) rowView {
+	return rowView{
+		ID: string(d.ID), State: string(d.State), Key: string(d.Target), Ceremony: string(d.Ceremony),
+		Attempts:  fmt.Sprintf("%d/%d", d.Attempts, d.Policy.MaxAttempts),
+		Available: fmtTime(d.AvailableAt), Updated: fmtTime(d.UpdatedAt), Ended: fmtTime(d.EndedAt),
+	}
+}
+
+func entryRow(e ledger.OutboxEntry) rowView {
+	return rowView{
+		ID: string(e.ID), State: string(e.Status), Key: e.Envelope.Provider, Ceremony: e.Envelope.Kind,
+		Attempts:  strconv.Itoa(e.Attempts),
+		Available: fmtTime(e.NextAttemptAt), Updated: fmtTime(e.UpdatedAt), Ended: fmtTime(e.EndedAt),
+	}
+}
+
+func newDeliveryView(d ledger.Delivery, now time.Time, forceHex bool) deliveryView {
+	v := deliveryView{
+		ID: string(d.ID), State: string(d.State), Target: string(d.Target), Ceremony: string(d.Ceremony),
+		Open: !d.State.Terminal(), Payload: newPayloadView(d.Payload, forceHex), MovedFrom: string(d.EnqueuedTarget),
+	}
+	add := func(name, value string) { v.Fields = append(v.Fields, field{Name: name, Value: value}) }
+	link := func(name, value, href string) {
+		v.Fields = append(v.Fields, field{Name: name, Value: value, Link: href})
+	}
+	link("target", string(d.Target), listURL("/deliveries", "target", string(d.Target)))
+	if d.EnqueuedTarget != "" {
+		link("enqueued for", string(d.EnqueuedTarget)+" (moved by a Follow supersession)",
+			listURL("/deliveries", "target", string(d.EnqueuedTarget)))
+	}
+	if d.Ceremony != "" {
+		link("ceremony", string(d.Ceremony), listURL("/deliveries", "ceremony", string(d.Ceremony)))
+	} else {
+		add("ceremony", "-")
+	}
+	p := d.Policy
+	add("policy", fmt.Sprintf("max attempts %d, backoff %s..%s, ack window %s", p.MaxAttempts, p.BackoffBase, p.BackoffMax, p.AckWindow))
+	add("attempts", fmt.Sprintf("%d of %d", d.Attempts, p.MaxAttempts))
+	add("available at", fmtExact(d.AvailableAt)+" ("+fmtAge(d.AvailableAt, now)+")")
+	add("lease seq", strconv.FormatInt(d.LeaseSeq, 10))
+	if l := d.Lease; l != nil {
+		state := "in force"
+		if l.ExpiredAt(now) {
+			state = "ran out " + fmtAge(l.ExpiresAt, now)
+		}
+		add("lease", fmt.Sprintf("held by %s, seq %d, granted %s, expires %s (%s)",
+			l.Owner, l.Seq, fmtExact(l.GrantedAt), fmtExact(l.ExpiresAt), state))
+	} else {
+		add("lease", "-")
+	}
+	if g := d.EndedLease; g != nil {
+		add("ended lease", fmt.Sprintf("seq %d ended by %s at %s", g.Seq, g.Op, fmtExact(g.At)))
+	}
+	if a := d.Ack; a != nil {
+		add("acknowledged", fmt.Sprintf("by %s at %s, deadline %s", a.Owner, fmtExact(a.At), fmtExact(a.Deadline)))
+		add("observation", orDash(a.Observation))
+	}
+	if pr := d.Processing; pr != nil {
+		fence := "none"
+		if pr.Fence != nil {
+			fence = strconv.FormatInt(int64(*pr.Fence), 10)
+		}
+		add("processed", fmt.Sprintf("action %s, fence %s, at %s", pr.Action, fence, fmtExact(pr.At)))
+	}
+	add("activations", strconv.Itoa(d.Activations))
+	if a := d.LastActivation; a != nil {
+		add("last activation", fmt.Sprintf("%s at %s: %s", a.Result, fmtExact(d.LastActivationAt), orDash(a.Detail)))
+	}
+	if f := d.LastFailure; f != nil {
+		perm := ""
+		if f.Permanent {
+			perm = " (permanent)"
+		}
+		add("last failure", fmt.Sprintf("%s%s by %s at %s: %s", f.Kind, perm, f.Owner, fmtExact(f.At), orDash(f.Message)))
+	}
+	if c := d.Cause; c != nil {
+		add("cause", fmt.Sprintf("%s: %s", c.Kind, orDash(c.Detail)))
+	}
+	add("created at", fmtExact(d.CreatedAt))
+	add("updated at", fmtExact(d.UpdatedAt))
+	add("ended at", fmtExact(d.EndedAt))
+	add("version", strconv.FormatInt(d.Version, 10))
+	return v
+}
+
+// entryView is an outbox entry as its page shows it.
+type entryView struct {
+	ID, Status, Provider string
+	Open                 bool
+	Fields               []field
+	Payload              payloadView
+}
+
+func newEntryView(e ledger.OutboxEntry, now time.Time, forceHex bool) entryView {
+	v := entryView{ID: string(e.ID), Status: string(e.Status), Provider: e.Envelope.Provider,
+		Open: !e.Status.Terminal(), Payload: newPayloadView(e.Envelope.Payload, forceHex)}
+	add := func(name, value string) { v.Fields = append(v.Fields, field{Name: name, Value: value}) }
+	v.Fields = append(v.Fields, field{Name: "provider", Value: e.Envelope.Provider, Link: listURL("/entries", "provider", e.Envelope.Provider)})
+	add("kind", e.Envelope.Kind)
+	add("idempotency key", e.Envelope.IdempotencyKey)
+	add("attempts", strconv.Itoa(e.Attempts))
+	add("next attempt at", fmtExact(e.NextAttemptAt))
+	if le := e.LastError; le != nil {
+		add("last error", fmt.Sprintf("%s: %s", orDash(le.Code), orDash(le.Message)))
+	}
+	if r := e.Result; r != nil {
+		add("result", fmt.Sprintf("provider ref %s: %s", orDash(r.ProviderRef), orDash(r.Detail)))
+	}
+	if e.DeadLetterReason != "" {
+		add("dead letter reason", e.DeadLetterReason)
+	}
+	add("claim seq", strconv.FormatInt(e.ClaimSeq, 10))
+	if c := e.Claim; c != nil {
+		state := "in force"
+		if c.ExpiredAt(now) {
+			state = "ran out " + fmtAge(c.ExpiresAt, now)
+		}
+		add("claim", fmt.Sprintf("held by %s, seq %d, claimed %s, expires %s (%s)",
+			c.Worker, c.Seq, fmtExact(c.ClaimedAt), fmtExact(c.ExpiresAt), state))
+	} else {
+		add("claim", "-")
+	}
+	if g := e.EndedClaim; g != nil {
+		add("ended claim", fmt.Sprintf("seq %d ended by %s at %s", g.Seq, g.Op, fmtExact(g.At)))
+	}
+	add("created at", fmtExact(e.CreatedAt))
+	add("updated at", fmtExact(e.UpdatedAt))
+	add("ended at", fmtExact(e.EndedAt))
+	add("version", strconv.FormatInt(e.Version, 10))
+	return v
+}
+
+// stepView is one transition of a record's history, for the timeline.
+type stepView struct {
+	Seq                         int64
+	At, Op, From, To, Actor     string
+	Reason                      string
+	Ended, Failed, WithinAState bool
+	// Link points at the records a supersession moved the delivery
+	// between, when the step is one.
+	Link, LinkText string
+}
+
+func newSteps(hist []ledger.Transition, target string) []stepView {
+	out := make([]stepView, len(hist))
+	for i, t := range hist {
+		s := stepView{
+			Seq: t.Seq, At: fmtExact(t.At), Op: string(t.Op), From: orDash(t.From), To: t.To,
+			Actor: t.Actor, Reason: t.Reason, WithinAState: t.From == t.To,
+		}
+		s.Ended = ledger.DeliveryState(t.To).Terminal() || ledger.OutboxStatus(t.To).Terminal()
+		s.Failed = t.To == string(ledger.DeliveryStateFailed) || t.To == string(ledger.OutboxStatusDeadLettered) || t.To == string(ledger.DeliveryStateExpired)
+		if t.Op == ledger.OpSupersede && target != "" {
+			s.Link, s.LinkText = listURL("/deliveries", "target", target), "deliveries of "+target
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

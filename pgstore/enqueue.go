@@ -1,0 +1,263 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file is Enqueue and EnqueueBatch of both contracts. One call is
+// one transaction: it reads which of its IDs are taken (with, for a batch
+// of outbox entries, the enqueue order it reserves), copies the new
+// records in with COPY, in ID order, and answers every request against
+// the record its ID holds. COPY writes a batch's rows a page at a time
+// and runs no statement per row; it has no ON CONFLICT, so an ID taken
+// between the read and the copy (another enqueue of the same ID, in a
+// transaction that committed meanwhile) fails the copy with a unique
+// violation, and the call runs again: it then finds the ID taken.
+//
+// The history entry of a record's creation is not written: the record
+// implies it (creation_implied, migrations/0008; see impliedCreation).
+
+// maxEnqueueRaces bounds how many times a call runs again after losing
+// an ID to a concurrent enqueue; each time one ID at least is settled.
+const maxEnqueueRaces = 8
+
+// sqlstateUniqueViolation is a COPY that lost an ID to another enqueue.
+const sqlstateUniqueViolation = "23505"
+
+// lostRace reports whether err is a copy that lost an ID to another
+// enqueue, which the call answers by running again.
+func lostRace(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation
+}
+
+// enqueueOnce runs attempt, in a transaction of its own or a savepoint of
+// the caller's, again while it loses an ID to a concurrent enqueue.
+func (s *Store) enqueueOnce(ctx context.Context, op string, attempt txFunc) error {
+	for n := 0; ; n++ {
+		err := s.inTx(ctx, op, attempt)
+		if err == nil || !lostRace(err) || n >= maxEnqueueRaces || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// copyIn copies rows into table's columns, in the order given.
+func copyIn(ctx context.Context, tx pgx.Tx, table pgx.Identifier, columns []string, rows [][]any) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n, err := tx.CopyFrom(ctx, table, columns, pgx.CopyFromRows(rows))
+	if err != nil {
+		return err
+	}
+	if n != int64(len(rows)) {
+		return fmt.Errorf("copied %d rows of %d", n, len(rows))
+	}
+	return nil
+}
+
+// enqueue offers the first request of every ID and answers each request
+// against the record its ID holds, as Enqueue and EnqueueBatch describe.
+func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
+	now = ledger.Normalize(now)
+	records := make(map[ledger.DeliveryID]ledger.Delivery, len(reqs))
+	var ids []string
+	for _, req := range reqs {
+		if _, dup := records[req.ID]; !dup {
+			records[req.ID] = ledger.NewDelivery(req, s.cfg.defaults, now)
+			ids = append(ids, string(req.ID))
+		}
+	}
+	// Copied in ID order, so that two calls sharing IDs wait for each
+	// other in the same order instead of deadlocking.
+	slices.Sort(ids)
+	columns := append(columnNames((&deliveryRow{}).columns()), "creation_implied")
+	var results []ledger.DeliveryResult
+	err := s.enqueueOnce(ctx, op, func(tx pgx.Tx) (bool, error) {
+		rows, err := tx.Query(ctx, s.q.deliveriesByID, ids)
+		if err != nil {
+			return false, err
+		}
+		existing, err := collectDeliveries(rows)
+		if err != nil {
+			return false, err
+		}
+		held := make(map[ledger.DeliveryID]ledger.Delivery, len(existing))
+		for _, d := range existing {
+			held[d.ID] = d
+		}
+		var fresh [][]any
+		for _, id := range ids {
+			if _, ok := held[ledger.DeliveryID(id)]; ok {
+				continue
+			}
+			r, err := newDeliveryRow(records[ledger.DeliveryID(id)])
+			if err != nil {
+				return false, err
+			}
+			fresh = append(fresh, append(pointers(r.columns()), !s.cfg.noHistory))
+		}
+		if err := copyIn(ctx, tx, pgx.Identifier{s.cfg.schema, "deliveries"}, columns, fresh); err != nil {
+			return false, err
+		}
+		results = make([]ledger.DeliveryResult, len(reqs))
+		for i, req := range reqs {
+			if d, ok := held[req.ID]; ok {
+				results[i] = ledger.DeliveryResult{Outcome: d.EnqueueAgain(req, s.cfg.defaults), Delivery: d.Clone()}
+				continue
+			}
+			d := records[req.ID]
+			results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: d.Clone()}
+			held[req.ID] = d // later requests with this ID are judged against it
+		}
+		return s.notifyInserted(ctx, tx, ChannelDeliveries, len(fresh) > 0)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// enqueue adds an entry for the first envelope of every idempotency key,
+// stamped with the store's clock, and answers each envelope against the
+// entry its key names, as Outbox.Enqueue and EnqueueBatch describe. The
+// entries of a batch take their enqueue_seq in envelope order (see
+// enqueueSeqs).
+func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
+	s := o.s
+	now := ledger.Normalize(s.cfg.clock())
+	records := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(envs))
+	var order []ledger.OutboxEntryID // distinct IDs in envelope order
+	for _, env := range envs {
+		e := ledger.NewOutboxEntry(env, now)
+		if _, dup := records[e.ID]; !dup {
+			records[e.ID] = e
+			order = append(order, e.ID)
+		}
+	}
+	ids := make([]string, len(order))
+	for i, id := range order {
+		ids[i] = string(id)
+	}
+	slices.Sort(ids) // copied in ID order, as deliveries are
+	columns := append(columnNames((&outboxRow{}).columns()), "creation_implied")
+	if len(order) > 1 {
+		columns = append(columns, "enqueue_seq")
+	}
+	var results []ledger.OutboxResult
+	err := s.enqueueOnce(ctx, op, func(tx pgx.Tx) (bool, error) {
+		b := &pgx.Batch{}
+		b.Queue(s.q.entriesByID, ids)
+		if len(order) > 1 {
+			b.Queue(s.q.reserveEnqueueSeqs, s.q.enqueueSeqName, len(order))
+		}
+		existing, vals, err := readTakenAndSeqs(ctx, tx, b)
+		if err != nil {
+			return false, err
+		}
+		held := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(existing))
+		for _, e := range existing {
+			held[e.ID] = e
+		}
+		seqs := enqueueSeqs(order, vals)
+		var fresh [][]any
+		for _, id := range ids {
+			if _, ok := held[ledger.OutboxEntryID(id)]; ok {
+				continue
+			}
+			r, err := newOutboxRow(records[ledger.OutboxEntryID(id)])
+			if err != nil {
+				return false, err
+			}
+			row := append(pointers(r.columns()), !s.cfg.noHistory)
+			if seqs != nil {
+				row = append(row, seqs[ledger.OutboxEntryID(id)])
+			}
+			fresh = append(fresh, row)
+		}
+		if err := copyIn(ctx, tx, pgx.Identifier{s.cfg.schema, "outbox_entries"}, columns, fresh); err != nil {
+			return false, err
+		}
+		results = make([]ledger.OutboxResult, len(envs))
+		for i, env := range envs {
+			id := ledger.OutboxEntryIDFor(env.IdempotencyKey)
+			if e, ok := held[id]; ok {
+				results[i] = ledger.OutboxResult{Outcome: e.EnqueueAgain(env), Entry: e.Clone()}
+				continue
+			}
+			e := records[id]
+			results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e.Clone()}
+			held[id] = e
+		}
+		return s.notifyInserted(ctx, tx, ChannelOutbox, len(fresh) > 0)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// readTakenAndSeqs sends b, the read of the entries whose IDs are taken
+// and, for a batch, the reservation of its enqueue_seq values, in one
+// round trip, and returns what they read.
+func readTakenAndSeqs(ctx context.Context, tx pgx.Tx, b *pgx.Batch) (_ []ledger.OutboxEntry, vals []int64, err error) {
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	existing, err := collectEntries(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.Len() > 1 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, err
+		}
+		if vals, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return existing, vals, nil
+}
+
+// enqueueSeqs hands the reserved enqueue_seq values vals to the entries
+// order, the distinct IDs of one call in envelope order: the k-th
+// smallest to the k-th. nil when there is no reservation (a single
+// entry, which the column default numbers as well as any).
+//
+// FindPending and ClaimPending break ties on created_at by enqueue_seq,
+// and every entry of one call shares one created_at, so enqueue_seq must
+// follow the order of the envelopes; the rows, though, are copied in ID
+// order, and the column default would number them in that order. So a
+// batch takes its values from the identity's sequence in the round trip
+// that reads its taken IDs, sorted here (the order nextval ran in across
+// the rows of one SELECT is not a promise PostgreSQL makes). Values taken
+// for IDs that turn out to exist are lost; only their order matters.
+func enqueueSeqs(order []ledger.OutboxEntryID, vals []int64) map[ledger.OutboxEntryID]int64 {
+	if len(vals) == 0 {
+		return nil
+	}
+	slices.Sort(vals)
+	seqs := make(map[ledger.OutboxEntryID]int64, len(order))
+	for i, id := range order {
+		seqs[id] = vals[i]
+	}
+	return seqs
+}

@@ -1,0 +1,395 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
+)
+
+// This file writes the transitions decided on held records (held.go): a
+// group of them, or a single call, is one statement sent with BEGIN and
+// COMMIT in one round trip. The statement updates the rows still at the
+// held version and token, and writes the history entries and count
+// changes of exactly those rows; the calls whose row moved on are decided
+// again the ordinary way.
+
+// heldTail is what the held write of one kind of record names beside its
+// table: the column holding the token in force, the history table, and
+// the counts table with its key columns (and their SQL types), n last.
+type heldTail struct {
+	token      string
+	history    string
+	counts     string
+	countKeys  []string
+	countTypes []string
+}
+
+// heldStatement returns the held write of the columns in mask (bit j:
+// column j of t): $1 the IDs, $2 the versions and $3 the tokens held,
+// one array per column in mask, then the nine history arrays
+// (historyColumns) and the count changes: the ID, one array per key
+// column and the change. It returns the IDs of the rows it wrote.
+//
+// The rows are found through the primary key alone (id = ANY($1), as in
+// bulkTable.statement). The token is compared with IS NOT DISTINCT FROM,
+// never NULL on either side here, because an equality would let the
+// planner prove the predicate of the partial index of claims (or leases)
+// and read every claim in force to find a group's few.
+func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := mask | 1<<63 // apart from statement's masks: bit 63 is never a column
+	if sql, ok := t.byMask[key]; ok {
+		return sql
+	}
+	params := []string{"$1::text[]", "$2::bigint[]", "$3::text[]"}
+	aliases := []string{"id", "read_version", "read_token"}
+	var sets []string
+	for j, name := range t.names {
+		if mask&(1<<j) == 0 {
+			continue
+		}
+		params = append(params, fmt.Sprintf("$%d::%s[]", len(params)+1, t.types[j]))
+		aliases = append(aliases, name)
+		sets = append(sets, name+" = u."+name)
+	}
+	n := len(params)
+	p := func(i int, typ string) string { return fmt.Sprintf("$%d::%s[]", n+i, typ) }
+	hist := fmt.Sprintf("unnest(%s, %s, %s, %s, %s, %s, %s, %s, %s) AS h(id, seq, op, from_state, to_state, outcome, actor, reason, at)",
+		p(1, "text"), p(2, "bigint"), p(3, "text"), p(4, "text"), p(5, "text"), p(6, "text"), p(7, "text"), p(8, "text"), p(9, "timestamptz"))
+	n += 9
+	countParams := []string{p(1, "text")}
+	for i, typ := range tail.countTypes {
+		countParams = append(countParams, p(2+i, typ))
+	}
+	countParams = append(countParams, p(2+len(tail.countTypes), "bigint"))
+	keys := strings.Join(tail.countKeys, ", ")
+	sql := "WITH upd AS (UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
+		" FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(aliases, ", ") + ")" +
+		" WHERE t.id = ANY($1::text[]) AND t.id = u.id AND t.version = u.read_version AND t." + tail.token + " IS NOT DISTINCT FROM u.read_token RETURNING t.id)," +
+		" hist AS (INSERT INTO " + tail.history + " (" + historyColumns + ") SELECT " +
+		fmt.Sprintf(historyValues, "h.id", "h.seq", "h.op", "h.from_state", "h.to_state", "h.outcome", "h.actor", "h.reason", "h.at") +
+		" FROM " + hist + " WHERE h.id IN (SELECT id FROM upd))," +
+		" cnt AS (INSERT INTO " + tail.counts + " AS c (" + keys + ", n) SELECT " + keys + ", sum(k.n)::bigint FROM unnest(" +
+		strings.Join(countParams, ", ") + ") AS k(id, " + keys + ", n) WHERE k.id IN (SELECT id FROM upd)" +
+		" GROUP BY " + keys + " HAVING sum(k.n) <> 0 ORDER BY " + keys +
+		" ON CONFLICT (" + keys + ") DO UPDATE SET n = c.n + excluded.n)" +
+		" SELECT id FROM upd"
+	if len(t.byMask) < maxBulkStatements {
+		t.byMask[key] = sql
+	}
+	return sql
+}
+
+// heldWrite is the held write of one group: the records before (as
+// held) and after each applied call, with their history entries and
+// count changes.
+type heldWrite[R any] struct {
+	kind   *recordKind[R]
+	tail   *heldTail
+	token  func(R) string
+	ids    []string
+	before map[string][]column
+	last   map[string]R
+	tokens []string
+	hist   historyRows
+	counts heldCounts
+}
+
+// heldCounts collects count changes by record, for the held write to
+// keep those of the rows it wrote.
+type heldCounts interface {
+	args() []any
+}
+
+// errHeldUnknown wraps the error of a held write whose outcome is
+// unknown.
+func errHeldUnknown(err error) error {
+	return fmt.Errorf("%w (the outcome of its commit is unknown: the call may have applied)", err)
+}
+
+// statement returns the statement and arguments of w.
+func (w *heldWrite[R]) statement() (string, []any, error) {
+	afters := make([][]column, len(w.ids))
+	var mask uint64
+	t := w.kind.table
+	version := len(t.names) - 1
+	for i, id := range w.ids {
+		var err error
+		if afters[i], err = w.kind.columns(w.last[id]); err != nil {
+			return "", nil, err
+		}
+		before := w.before[id]
+		for j := 1; j < len(afters[i]); j++ {
+			if mask&(1<<j) == 0 && !sameValue(before[j].ptr, afters[i][j].ptr) {
+				mask |= 1 << j
+			}
+		}
+	}
+	mask |= 1 << version
+	versions := make([]int64, len(w.ids))
+	for i, id := range w.ids {
+		versions[i] = *w.before[id][version].ptr.(*int64)
+	}
+	args := []any{w.ids, versions, w.tokens}
+	for j := 1; j < len(t.names); j++ {
+		if mask&(1<<j) == 0 {
+			continue
+		}
+		a := newColumnArray(afters[0][j].ptr, len(w.ids))
+		for i := range afters {
+			a.add(afters[i][j].ptr)
+		}
+		args = append(args, a.value())
+	}
+	h := &w.hist
+	args = append(args, h.ids, h.seqs, h.ops, h.froms, h.tos, h.outcomes, h.actors, h.reasons, h.ats)
+	args = append(args, w.counts.args()...)
+	return t.heldStatement(mask, w.tail), args, nil
+}
+
+// heldEntryCounts are the count changes of a held write of entries.
+type heldEntryCounts struct {
+	ids, statuses []string
+	shards        []int16
+	ns            []int64
+}
+
+func (c *heldEntryCounts) change(before, after *ledger.OutboxEntry) {
+	for _, x := range []struct {
+		e *ledger.OutboxEntry
+		n int64
+	}{{before, -1}, {after, 1}} {
+		if x.e.Status.Terminal() {
+			c.ids = append(c.ids, string(x.e.ID))
+			c.statuses = append(c.statuses, string(x.e.Status))
+			c.shards = append(c.shards, shardOf(string(x.e.ID)))
+			c.ns = append(c.ns, x.n)
+		}
+	}
+}
+
+func (c *heldEntryCounts) args() []any { return []any{c.ids, c.statuses, c.shards, c.ns} }
+
+// heldDeliveryCounts are the count changes of a held write of deliveries.
+type heldDeliveryCounts struct {
+	ids, targets, ceremonies, states, causes []string
+	shards                                   []int16
+	ns                                       []int64
+}
+
+func (c *heldDeliveryCounts) change(before, after *ledger.Delivery) {
+	for _, x := range []struct {
+		d *ledger.Delivery
+		n int64
+	}{{before, -1}, {after, 1}} {
+		d := x.d
+		if !d.State.Terminal() {
+			continue
+		}
+		cause := ""
+		if d.State == ledger.DeliveryStateExpired && d.Cause != nil {
+			cause = string(d.Cause.Kind)
+		}
+		c.ids = append(c.ids, string(d.ID))
+		c.targets = append(c.targets, string(d.Target))
+		c.ceremonies = append(c.ceremonies, string(d.Ceremony))
+		c.states = append(c.states, string(d.State))
+		c.causes = append(c.causes, cause)
+		c.shards = append(c.shards, shardOf(string(d.ID)))
+		c.ns = append(c.ns, x.n)
+	}
+}
+
+func (c *heldDeliveryCounts) args() []any {
+	return []any{c.ids, c.targets, c.ceremonies, c.states, c.causes, c.shards, c.ns}
+}
+
+// heldOutcome is what the held path did with one call: decided it (res,
+// or err when the outcome of its commit is unknown), or left it for the
+// ordinary path.
+type heldOutcome[Res any] struct {
+	decided bool
+	res     Res
+	err     error
+}
+
+// runHeldEntries decides the claim completions cs on held entries and
+// writes the applied ones in one round trip. Calls it cannot decide that
+// way (no held entry, a step that does not apply to the held copy, a row
+// that moved on, several calls on one entry) are left undecided, for the
+// ordinary path, which locks and reads the rows.
+func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []heldOutcome[ledger.OutboxResult] {
+	out := make([]heldOutcome[ledger.OutboxResult], len(cs))
+	if s.held == nil {
+		return out
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = string(c.id)
+	}
+	shared := repeated(ids)
+	now := ledger.Normalize(s.cfg.clock())
+	k := s.held.entries
+	w := &heldWrite[ledger.OutboxEntry]{kind: k.kind, tail: k.tail, before: map[string][]column{}, last: map[string]ledger.OutboxEntry{}}
+	counts := &heldEntryCounts{}
+	w.counts = counts
+	picked := make([]int, 0, len(cs))
+	for i, c := range cs {
+		if shared[ids[i]] {
+			continue
+		}
+		held, ok := k.cache.get(ids[i])
+		if !ok || held.Claim == nil {
+			continue
+		}
+		next, outcome := c.apply(held, now)
+		if outcome != ledger.OutcomeApplied {
+			continue
+		}
+		cols, err := k.kind.columns(held)
+		if err != nil {
+			continue
+		}
+		ch := entryChangeOf(c.h, held, next)
+		w.ids = append(w.ids, ids[i])
+		w.tokens = append(w.tokens, string(held.Claim.Token))
+		w.before[ids[i]] = cols
+		w.last[ids[i]] = next
+		if !s.cfg.noHistory {
+			w.hist.add(ids[i], ch.t)
+		}
+		counts.change(&held, &next)
+		picked = append(picked, i)
+	}
+	if len(picked) == 0 {
+		return out
+	}
+	written, err := runHeldWrite(ctx, s, w)
+	for _, i := range picked {
+		id := ids[i]
+		switch {
+		case err != nil && written == nil:
+			// Nothing was written: the ordinary path decides the call.
+			k.cache.drop(id)
+		case err != nil:
+			out[i] = heldOutcome[ledger.OutboxResult]{decided: true, err: err}
+			k.cache.drop(id)
+		case written[id]:
+			after := w.last[id]
+			out[i] = heldOutcome[ledger.OutboxResult]{decided: true, res: ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: after.Clone()}}
+			s.held.keepEntry(after)
+		default:
+			k.cache.drop(id) // the row moved on: the held copy is stale
+		}
+	}
+	return out
+}
+
+// runHeldDeliveries decides the single-delivery transitions cs on held deliveries and
+// writes the applied ones in one round trip. Calls it cannot decide that
+// way (no held entry, a step that does not apply to the held copy, a row
+// that moved on, several calls on one entry) are left undecided, for the
+// ordinary path, which locks and reads the rows.
+func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) []heldOutcome[ledger.DeliveryResult] {
+	out := make([]heldOutcome[ledger.DeliveryResult], len(cs))
+	if s.held == nil {
+		return out
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = string(c.id)
+	}
+	shared := repeated(ids)
+	k := s.held.deliveries
+	w := &heldWrite[ledger.Delivery]{kind: k.kind, tail: k.tail, before: map[string][]column{}, last: map[string]ledger.Delivery{}}
+	counts := &heldDeliveryCounts{}
+	w.counts = counts
+	picked := make([]int, 0, len(cs))
+	for i, c := range cs {
+		if shared[ids[i]] || c.fence != nil {
+			// A fence is checked against its target's row, under that
+			// row's lock: the ordinary path takes it.
+			continue
+		}
+		held, ok := k.cache.get(ids[i])
+		if !ok || held.Lease == nil {
+			continue
+		}
+		next, outcome := c.step(held, nil)
+		if outcome != ledger.OutcomeApplied {
+			continue
+		}
+		cols, err := k.kind.columns(held)
+		if err != nil {
+			continue
+		}
+		ch := changeOf(c.h, held, next)
+		w.ids = append(w.ids, ids[i])
+		w.tokens = append(w.tokens, string(held.Lease.Token))
+		w.before[ids[i]] = cols
+		w.last[ids[i]] = next
+		if !s.cfg.noHistory {
+			w.hist.add(ids[i], ch.t)
+		}
+		counts.change(&held, &next)
+		picked = append(picked, i)
+	}
+	if len(picked) == 0 {
+		return out
+	}
+	written, err := runHeldWrite(ctx, s, w)
+	for _, i := range picked {
+		id := ids[i]
+		switch {
+		case err != nil && written == nil:
+			// Nothing was written: the ordinary path decides the call.
+			k.cache.drop(id)
+		case err != nil:
+			out[i] = heldOutcome[ledger.DeliveryResult]{decided: true, err: err}
+			k.cache.drop(id)
+		case written[id]:
+			after := w.last[id]
+			out[i] = heldOutcome[ledger.DeliveryResult]{decided: true, res: ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: after.Clone()}}
+			s.held.keepDelivery(after)
+		default:
+			k.cache.drop(id) // the row moved on: the held copy is stale
+		}
+	}
+	return out
+}
+
+// runHeldWrite writes w, retrying safely retryable failures like inTx.
+// It returns the IDs written; on an error it returns nil when nothing
+// was written, or a non-nil empty set with an error that says the
+// outcome is unknown.
+func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[string]bool, error) {
+	sql, args, err := w.statement()
+	if err != nil {
+		return nil, err
+	}
+	for n := 0; ; n++ {
+		written := map[string]bool{}
+		committing, err := s.oneTrip(ctx, nil, sql, args, func(rows pgx.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			written[id] = true
+			return nil
+		})
+		if err == nil {
+			return written, nil
+		}
+		if committing {
+			return map[string]bool{}, errHeldUnknown(err)
+		}
+		if n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) || backoff(ctx, n) != nil {
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file runs the migrations marked "-- pgstore:no-transaction": those
+// that build or drop indexes with CREATE INDEX CONCURRENTLY and DROP INDEX
+// CONCURRENTLY, which PostgreSQL runs only outside a transaction block,
+// and which let writers go on while an index on a large table is built.
+//
+// Without a transaction there is no lock to take turns on that would
+// outlive a statement and still work behind PgBouncer in transaction
+// pooling mode (a session advisory lock would be held by whichever
+// server connection the pooler gave out). So the steps are written to be
+// run by several processes at once, or again after an interruption: every
+// statement is idempotent (IF NOT EXISTS, IF EXISTS), a process re-reads
+// schema_migrations before each step and stops when another has recorded
+// the version, and the version is recorded, under the transactional lock,
+// only after every step has taken effect. Two builds of one index do not
+// run at once: CREATE INDEX CONCURRENTLY holds a lock on its table that
+// another such build waits for, and then finds the index there.
+//
+// What IF NOT EXISTS cannot see is an index left INVALID: a concurrent
+// build that failed or was cancelled (a lost connection, a cancelled
+// context) leaves its index in the catalog, unusable and still updated by
+// every write, and IF NOT EXISTS then skips it. Before and after each step
+// the schema's INVALID indexes are therefore looked at: one that a
+// CREATE INDEX is building right now (pg_stat_progress_create_index) is
+// waited for; any other is a leftover, dropped with DROP INDEX
+// CONCURRENTLY, and the step runs again.
+
+// indexPollInterval is how often a step waiting for another process's
+// index build looks again.
+const indexPollInterval = 200 * time.Millisecond
+
+// maxStepRuns bounds how many times one step runs when what it built is
+// found INVALID afterwards (another process's build that failed, or an
+// index dropped under it), so that a build that can never succeed fails
+// the migration instead of looping.
+const maxStepRuns = 5
+
+// Statements of runOutsideTx, for the schema named by $1 where they take
+// it as a parameter.
+const (
+	// invalidIndexesSQL lists the schema's INVALID indexes and whether a
+	// CREATE INDEX or REINDEX may be building each right now: a build on
+	// its table is in progress, or one whose table this role may not see.
+	invalidIndexesSQL = `
+SELECT c.relname, EXISTS (
+	SELECT 1 FROM pg_catalog.pg_stat_progress_create_index p
+	WHERE p.datid = d.oid AND p.pid <> pg_catalog.pg_backend_pid()
+		AND (p.relid IS NULL OR p.relid = i.indrelid))
+FROM pg_catalog.pg_index i
+JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database()) d
+WHERE n.nspname = $1 AND NOT i.indisvalid
+ORDER BY c.relname`
+
+	// versionRecordedSQL answers whether version $1 is recorded; %s is
+	// the schema's migrations table.
+	versionRecordedSQL = "SELECT EXISTS (SELECT 1 FROM %s WHERE version = $1)"
+)
+
+// runOutsideTx applies m, a migration marked to run outside a
+// transaction, one step (statement) at a time, and records it.
+func (s *Store) runOutsideTx(ctx context.Context, m migration) error {
+	quoted := pgx.Identifier{s.cfg.schema}.Sanitize()
+	recorded := fmt.Sprintf(versionRecordedSQL, quoted+".schema_migrations")
+	for i, step := range m.steps {
+		var done bool
+		if err := s.db.QueryRow(ctx, recorded, m.version).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return nil // another process finished it
+		}
+		if err := s.runStep(ctx, fill(step, quoted)); err != nil {
+			return fmt.Errorf("step %d (%s): %w", i+1, firstLine(step), err)
+		}
+	}
+	return s.inTx(ctx, "migrate", func(tx pgx.Tx) (bool, error) {
+		if _, err := tx.Exec(ctx, s.q.advisoryXL, migrationLockKey(s.cfg.schema)); err != nil {
+			return false, err
+		}
+		var done bool
+		if err := tx.QueryRow(ctx, recorded, m.version).Scan(&done); err != nil || done {
+			return false, err
+		}
+		_, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name, s.cfg.clock())
+		return err == nil, err
+	})
+}
+
+// runStep runs one statement outside a transaction until it has taken
+// effect: no INVALID index is left in the schema afterwards.
+func (s *Store) runStep(ctx context.Context, stmt string) error {
+	for run := 1; ; run++ {
+		if _, err := s.settleIndexes(ctx); err != nil {
+			return err
+		}
+		// No arguments: the simple protocol, where one statement is its
+		// own implicit transaction, as CONCURRENTLY needs.
+		_, err := s.db.Exec(ctx, stmt)
+		if err != nil && !(duplicateRelation(err) && run < maxStepRuns) {
+			return err
+		}
+		// A duplicate relation error means another process created the
+		// same index between the look and the statement: wait for its
+		// build and run the (idempotent) statement again.
+		dropped, serr := s.settleIndexes(ctx)
+		if serr != nil {
+			return serr
+		}
+		if err == nil && !dropped {
+			return nil
+		}
+		if run >= maxStepRuns {
+			return fmt.Errorf("still an INVALID index after %d runs", run)
+		}
+	}
+}
+
+// duplicateRelation reports whether err is PostgreSQL's answer to two
+// sessions creating one relation at once.
+func duplicateRelation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505")
+}
+
+// settleIndexes returns when the schema has no INVALID index: it waits
+// for the builds in progress and drops the leftovers of failed ones,
+// reporting whether it dropped any.
+func (s *Store) settleIndexes(ctx context.Context) (dropped bool, err error) {
+	for {
+		rows, err := s.db.Query(ctx, invalidIndexesSQL, s.cfg.schema)
+		if err != nil {
+			return dropped, err
+		}
+		type invalid struct {
+			name     string
+			building bool
+		}
+		found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (invalid, error) {
+			var v invalid
+			return v, r.Scan(&v.name, &v.building)
+		})
+		if err != nil {
+			return dropped, err
+		}
+		if len(found) == 0 {
+			return dropped, nil
+		}
+		waiting := false
+		for _, ix := range found {
+			if ix.building {
+				waiting = true
+				continue
+			}
+			drop := "DROP INDEX CONCURRENTLY IF EXISTS " + pgx.Identifier{s.cfg.schema, ix.name}.Sanitize()
+			if _, err := s.db.Exec(ctx, drop); err != nil {
+				return dropped, fmt.Errorf("dropping INVALID index %s: %w", ix.name, err)
+			}
+			dropped = true
+		}
+		if waiting {
+			t := time.NewTimer(indexPollInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return dropped, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// rollbackTimeout bounds a ROLLBACK sent after a failure, when the
+// caller's context may be done and the connection may be gone.
+const rollbackTimeout = 5 * time.Second
+
+// oneTrip runs query as a transaction of its own on a connection of the
+// pool, in two round trips: BEGIN, the prelude statements (SET LOCAL and
+// the like, which end with the transaction) and query together, calling
+// scan for every row query returns; then COMMIT. COMMIT goes on its own
+// so that a call given up while its statement waits (its context
+// cancelled, its connection closed) never commits: a server that finds
+// the connection gone before COMMIT rolls the transaction back.
+//
+// committing reports that the outcome is unknown: COMMIT was sent and
+// the connection failed before its answer arrived. Otherwise an error
+// means nothing was committed.
+func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, p := range prelude {
+		b.Queue(p)
+	}
+	b.Queue(query, args...)
+	br := conn.SendBatch(ctx, b)
+	err = readTrip(br, len(prelude), scan)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		// An aborted or open transaction block stays open until it is
+		// rolled back; a connection returned to the pool so would fail
+		// its next user (the pool closes one it finds broken).
+		if !conn.IsClosed() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			defer cancel()
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+		}
+		return false, err
+	}
+	// COMMIT goes as a batch of one, in the extended protocol like every
+	// other statement of the store, so that it is sent and answered the
+	// way a group transaction's is.
+	cb := &pgx.Batch{}
+	cb.Queue("COMMIT")
+	err = send(ctx, conn, cb, func(_ int, tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return errRolledBack
+		}
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	if err == nil || errors.Is(err, errRolledBack) || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
+		return false, err // committed, refused by the server, or never sent
+	}
+	return true, err
+}
+
+// readTrip reads the results of the batch oneTrip sends.
+func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) error {
+	for range 1 + prelude {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			rows.Close()
+			return err
+		}
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// trip runs oneTrip, retrying it like inTx after an error that is safe
+// to retry; reset clears what scan collected before each attempt. The
+// error is wrapped with op; when the outcome of the commit is unknown it
+// says so.
+func (s *Store) trip(ctx context.Context, op string, prelude []string, query string, args []any, reset func(), scan func(pgx.Rows) error) error {
+	for n := 0; ; n++ {
+		reset()
+		committing, err := s.oneTrip(ctx, prelude, query, args, scan)
+		if err == nil {
+			return nil
+		}
+		if committing {
+			return wrap(ctx, op, errHeldUnknown(err))
+		}
+		if n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) {
+			return wrap(ctx, op, err)
+		}
+		if werr := backoff(ctx, n); werr != nil {
+			return wrap(ctx, op, errors.Join(err, werr))
+		}
+	}
+}
+
+// grantPrelude keeps the grant statements on their indexes. A grant
+// picks the open rows in delivery order and stops at the limit, and looks
+// for the claims (or leases) that ran out through their own index. A
+// planner that believes only a few rows match (a table filled since its
+// statistics were last gathered, as after a burst of enqueues) prefers a
+// bitmap scan, which reads every matching row and sorts them all, or
+// even a sequential scan, so that each grant would read the whole
+// backlog until autovacuum analyzes the table. Both settings end with
+// the transaction.
+const grantPrelude = "SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true)"
+
+// grantsInFlight is how many lease (or claim) statements one Store runs
+// at once; further callers wait their turn in the process. Concurrent
+// grants pick from the same head of one index and skip each other's
+// locked rows: with many loops in one process (say 64 workers of one
+// host) each grant would step over the rows the others are granting,
+// and the loops would slow each other down as they are added. Two keep
+// one grant deciding while the other commits.
+const grantsInFlight = 2
+
+// gate bounds the grants of one kind a Store runs at once.
+type gate chan struct{}
+
+func newGate() gate { return make(gate, grantsInFlight) }
+
+// enter waits for a turn, or for ctx to end; the caller calls leave when
+// entered.
+func (g gate) enter(ctx context.Context) error {
+	select {
+	case g <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g gate) leave() { <-g }
