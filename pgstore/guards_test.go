@@ -93,8 +93,13 @@ func (in *interjector) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatc
 
 func (in *interjector) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// interjectedStore returns a migrated store whose pool runs in's tracer.
-func interjectedStore(t *testing.T, in *interjector, opts ...Option) (*Store, context.Context) {
+// interjectedStore returns a migrated store whose pool runs in's tracer,
+// and a second store on the same pool and schema that makes the grants
+// the tests' calls are made under: a store keeps the records it granted
+// (held.go) and completes calls on them without the locking read, so the
+// store under test must hold none for its calls to take the path whose
+// guards these tests break.
+func interjectedStore(t *testing.T, in *interjector, opts ...Option) (*Store, *Store, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -109,7 +114,10 @@ func interjectedStore(t *testing.T, in *interjector, opts ...Option) (*Store, co
 		WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
-	return s, ctx
+	grantor, err := New(pool, WithSchema(s.cfg.schema), WithClock(func() time.Time { return groupT0 }),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	return s, grantor, ctx
 }
 
 // bump returns a writer that adds one to column of the row id of table,
@@ -141,11 +149,11 @@ func committed(ctx context.Context, t *testing.T, s *Store, xid string) bool {
 func TestVersionGuardHoldsWhenTheRowLockDoesNot(t *testing.T) {
 	t.Run("Delivery", func(t *testing.T) {
 		in := &interjector{}
-		s, ctx := interjectedStore(t, in, WithGroupCommit(false))
+		s, grantor, ctx := interjectedStore(t, in, WithGroupCommit(false))
 		for k := 1; ; k++ {
 			require.Less(t, k, 20, "the call never ran out of statements")
 			id := ledger.DeliveryID("d-" + string(rune('a'+k)))
-			lease := leasedDeliveries(ctx, t, s, id)[id]
+			lease := leasedDeliveries(ctx, t, grantor, id)[id]
 			before, err := s.Get(ctx, id)
 			require.NoError(t, err)
 
@@ -177,14 +185,14 @@ func TestVersionGuardHoldsWhenTheRowLockDoesNot(t *testing.T) {
 
 	t.Run("OutboxEntry", func(t *testing.T) {
 		in := &interjector{}
-		s, ctx := interjectedStore(t, in, WithGroupCommit(false))
+		s, grantor, ctx := interjectedStore(t, in, WithGroupCommit(false))
 		o := s.Outbox()
 		for k := 1; ; k++ {
 			require.Less(t, k, 20, "the call never ran out of statements")
 			key := "e-" + string(rune('a'+k))
 			er, err := o.Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: key})
 			require.NoError(t, err)
-			cs, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 1})
+			cs, err := grantor.Outbox().ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 1})
 			require.NoError(t, err)
 			require.Len(t, cs, 1)
 			before, err := o.FindByID(ctx, er.Entry.ID)
@@ -226,11 +234,11 @@ func TestVersionGuardHoldsWhenTheRowLockDoesNot(t *testing.T) {
 func TestGroupRowCheckHoldsWhenTheRowLockDoesNot(t *testing.T) {
 	t.Run("Deliveries", func(t *testing.T) {
 		in := &interjector{}
-		s, ctx := interjectedStore(t, in)
+		s, grantor, ctx := interjectedStore(t, in)
 		for k := 1; ; k++ {
 			require.Less(t, k, 20, "the group never ran out of statements")
 			a, b := ledger.DeliveryID("a-"+string(rune('a'+k))), ledger.DeliveryID("b-"+string(rune('a'+k)))
-			leases := leasedDeliveries(ctx, t, s, a, b)
+			leases := leasedDeliveries(ctx, t, grantor, a, b)
 			before, err := s.Get(ctx, a)
 			require.NoError(t, err)
 
@@ -266,7 +274,7 @@ func TestGroupRowCheckHoldsWhenTheRowLockDoesNot(t *testing.T) {
 
 	t.Run("OutboxEntries", func(t *testing.T) {
 		in := &interjector{}
-		s, ctx := interjectedStore(t, in)
+		s, grantor, ctx := interjectedStore(t, in)
 		o := s.Outbox()
 		for k := 1; ; k++ {
 			require.Less(t, k, 20, "the group never ran out of statements")
@@ -274,7 +282,7 @@ func TestGroupRowCheckHoldsWhenTheRowLockDoesNot(t *testing.T) {
 			for _, p := range []string{"a-", "b-"} {
 				er, err := o.Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: p + string(rune('a'+k))})
 				require.NoError(t, err)
-				cs, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 1})
+				cs, err := grantor.Outbox().ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 1})
 				require.NoError(t, err)
 				require.Len(t, cs, 1)
 				require.Equal(t, er.Entry.ID, cs[0].Entry.ID)

@@ -232,9 +232,9 @@ func (s *Store) Schema() string { return s.cfg.schema }
 // call succeeds and rolled back when it fails, so a failed call leaves tx
 // usable. Every statement a call sends runs inside a savepoint, reads and
 // the database clock read (WithDatabaseClock) included: nothing the store
-// runs can abort the caller's transaction. Calls made through it are not retried, and their locks are held
-// until the caller ends tx: keep such transactions short. A nil tx makes
-// every call fail with ErrInvalid.
+// runs can abort the caller's transaction. Calls made through it are not
+// retried, and their locks are held until the caller ends tx: keep such
+// transactions short. A nil tx makes every call fail with ErrInvalid.
 //
 // Note that a delivery enqueued in tx is invisible to other transactions
 // (and so cannot be leased) until tx commits.
