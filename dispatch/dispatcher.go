@@ -236,27 +236,30 @@ func (c *cycle) record(_ context.Context, ev Event) {
 // was meant to produce kind: a store error, a lost claim, or kind itself.
 func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind EventKind, res ledger.OutboxResult, err error, dur time.Duration, emitErr error) {
 	log := c.d.cfg.logger
-	attrs := []slog.Attr{
-		slog.String("worker", c.d.cfg.worker),
-		slog.String("entry_id", string(ce.Claim.EntryID)),
-		slog.Int64("claim_seq", ce.Claim.Seq),
-		slog.Int("attempt", ce.Entry.Attempts),
+	// Built only on the paths that log: most completions log nothing.
+	attrs := func(more ...slog.Attr) []slog.Attr {
+		return append([]slog.Attr{
+			slog.String("worker", c.d.cfg.worker),
+			slog.String("entry_id", string(ce.Claim.EntryID)),
+			slog.Int64("claim_seq", ce.Claim.Seq),
+			slog.Int("attempt", ce.Entry.Attempts),
+		}, more...)
 	}
 	ev := Event{Kind: kind, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts, Duration: dur, Err: emitErr}
 	switch {
 	case err != nil:
 		ev.Kind, ev.Err = EventStoreError, err
 		log.LogAttrs(ctx, slog.LevelError, "dispatch: completion failed; the entry is retried once its claim expires",
-			append(attrs, slog.String("intended", string(kind)), slog.Any("error", err))...)
+			attrs(slog.String("intended", string(kind)), slog.Any("error", err))...)
 	case !res.Applied():
 		ev.Kind, ev.Outcome = EventLost, string(res.Outcome)
 		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: completion did not apply; the claim is no longer ours",
-			append(attrs, slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
+			attrs(slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
 	default:
 		ev.Outcome = string(res.Outcome)
 		if emitErr != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "dispatch: emission failed",
-				append(attrs, slog.String("result", string(kind)), slog.Any("error", emitErr))...)
+				attrs(slog.String("result", string(kind)), slog.Any("error", emitErr))...)
 		}
 	}
 	c.record(ctx, ev)

@@ -326,33 +326,36 @@ func (c *workerCycle) record(ev Event) {
 // produce kind: a store error, an outcome that did not apply, or kind.
 func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, kind EventKind, res ledger.DeliveryResult, err error, dur time.Duration, handleErr error) {
 	log := c.w.cfg.logger
-	attrs := []slog.Attr{
-		slog.String("owner", c.w.owner.String()),
-		slog.String("delivery_id", string(ld.Delivery.ID)),
-		slog.Int64("lease_seq", ld.Lease.Seq),
-		slog.Int("attempt", ld.Delivery.Attempts),
+	// Built only on the paths that log: most completions log nothing.
+	attrs := func(more ...slog.Attr) []slog.Attr {
+		return append([]slog.Attr{
+			slog.String("owner", c.w.owner.String()),
+			slog.String("delivery_id", string(ld.Delivery.ID)),
+			slog.Int64("lease_seq", ld.Lease.Seq),
+			slog.Int("attempt", ld.Delivery.Attempts),
+		}, more...)
 	}
 	ev := Event{Kind: kind, EntryID: string(ld.Delivery.ID), Attempt: ld.Delivery.Attempts, Duration: dur, Err: handleErr, Outcome: string(res.Outcome)}
 	switch {
 	case err != nil:
 		ev.Kind, ev.Err, ev.Outcome = EventStoreError, err, ""
 		log.LogAttrs(ctx, slog.LevelError, "dispatch: ledger call failed; the delivery is offered again once its lease or acknowledgement runs out",
-			append(attrs, slog.String("intended", string(kind)), slog.Any("error", err))...)
+			attrs(slog.String("intended", string(kind)), slog.Any("error", err))...)
 	case res.Outcome == ledger.OutcomeFenceRejected:
 		ev.Kind = EventFenceRejected
 		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: fence rejected; the delivery stays acknowledged until its deadline",
-			append(attrs, slog.String("intended", string(kind)))...)
+			attrs(slog.String("intended", string(kind)))...)
 	case !res.Applied() && !processedEarlier(kind, res):
 		ev.Kind = EventLost
 		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: completion did not apply; the lease is no longer ours",
-			append(attrs, slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
+			attrs(slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
 	default:
 		if kind == EventRetried && res.Delivery.State == ledger.DeliveryStateFailed {
 			ev.Kind = EventFailed // the attempts were used up
 		}
 		if handleErr != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "dispatch: handler failed",
-				append(attrs, slog.String("result", string(ev.Kind)), slog.Any("error", handleErr))...)
+				attrs(slog.String("result", string(ev.Kind)), slog.Any("error", handleErr))...)
 		}
 	}
 	c.record(ev)

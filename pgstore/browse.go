@@ -59,9 +59,13 @@ type browseQueries struct {
 // Acknowledged ones.
 const openDeliveriesWhere = `(state IN ('offered', 'leased') OR state = 'acknowledged')`
 
-// openEntriesWhere is openDeliveriesWhere for the outbox:
-// outbox_entries_pending_idx and outbox_entries_scheduled_idx.
-const openEntriesWhere = `(status = 'pending' OR status IN ('retry_scheduled', 'deferred'))`
+// openEntriesWhere is openDeliveriesWhere for the outbox (see migration
+// 0008): outbox_entries_unclaimed_idx holds the unclaimed Pending rows,
+// outbox_entries_unclaimed_due_idx the unclaimed scheduled ones, and
+// outbox_entries_claimed_idx every claimed one, all open.
+const openEntriesWhere = `((status = 'pending' AND claim_token IS NULL)
+			OR (status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL)
+			OR claim_token IS NOT NULL)`
 
 // listEntriesTemplate pages through outbox entries; %s is where the open
 // variant adds openEntriesWhere.

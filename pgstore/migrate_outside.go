@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,10 @@ const maxStepRuns = 5
 // Statements of runOutsideTx, for the schema named by $1 where they take
 // it as a parameter.
 const (
-	// invalidIndexesSQL lists the schema's INVALID indexes and whether a
-	// CREATE INDEX or REINDEX may be building each right now: a build on
-	// its table is in progress, or one whose table this role may not see.
+	// invalidIndexesSQL answers whether index $2 of schema $1 is INVALID,
+	// and whether a CREATE INDEX or REINDEX may be building it right now:
+	// a build on its table is in progress, or one whose table this role
+	// may not see.
 	invalidIndexesSQL = `
 SELECT c.relname, EXISTS (
 	SELECT 1 FROM pg_catalog.pg_stat_progress_create_index p
@@ -61,8 +63,7 @@ FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 CROSS JOIN (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database()) d
-WHERE n.nspname = $1 AND NOT i.indisvalid
-ORDER BY c.relname`
+WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid`
 
 	// versionRecordedSQL answers whether version $1 is recorded; %s is
 	// the schema's migrations table.
@@ -82,7 +83,7 @@ func (s *Store) runOutsideTx(ctx context.Context, m migration) error {
 		if done {
 			return nil // another process finished it
 		}
-		if err := s.runStep(ctx, fill(step, quoted)); err != nil {
+		if err := s.runStep(ctx, fill(step, quoted), builtIndex(step)); err != nil {
 			return fmt.Errorf("step %d (%s): %w", i+1, firstLine(step), err)
 		}
 	}
@@ -99,23 +100,43 @@ func (s *Store) runOutsideTx(ctx context.Context, m migration) error {
 	})
 }
 
+// builtIndex names the index step builds, "" for a step that builds
+// none. The migration's parser allows a build only as CREATE INDEX
+// CONCURRENTLY IF NOT EXISTS name, of an unquoted name, which PostgreSQL
+// folds to lower case.
+func builtIndex(step string) string {
+	if st := indexStatementOf(step); st.create && len(st.names) == 1 {
+		return strings.ToLower(st.names[0])
+	}
+	return ""
+}
+
 // runStep runs one statement outside a transaction until it has taken
-// effect: no INVALID index is left in the schema afterwards.
-func (s *Store) runStep(ctx context.Context, stmt string) error {
+// effect: when it builds index (not ""), that index is left valid.
+//
+// Only the step's own index is looked at. Another process may be
+// building another index of the same migration at the same moment, which
+// is INVALID until its build ends; a look at every INVALID index of the
+// schema could take that build for a failed one and drop it after it
+// succeeded, once the other process had already recorded the version.
+func (s *Store) runStep(ctx context.Context, stmt, index string) error {
 	for run := 1; ; run++ {
-		if _, err := s.settleIndexes(ctx); err != nil {
+		if _, err := s.settleIndex(ctx, index); err != nil {
 			return err
 		}
 		// No arguments: the simple protocol, where one statement is its
 		// own implicit transaction, as CONCURRENTLY needs.
 		_, err := s.db.Exec(ctx, stmt)
-		if err != nil && !(duplicateRelation(err) && run < maxStepRuns) {
+		if err != nil && !((duplicateRelation(err) || retryable(err)) && run < maxStepRuns) {
 			return err
 		}
 		// A duplicate relation error means another process created the
-		// same index between the look and the statement: wait for its
-		// build and run the (idempotent) statement again.
-		dropped, serr := s.settleIndexes(ctx)
+		// same index between the look and the statement; a deadlock, that
+		// two processes built it at once and the server gave up one of
+		// the builds, leaving its index INVALID. Either way: wait for the
+		// build in progress, drop a leftover, and run the (idempotent)
+		// statement again.
+		dropped, serr := s.settleIndex(ctx, index)
 		if serr != nil {
 			return serr
 		}
@@ -135,12 +156,12 @@ func duplicateRelation(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505")
 }
 
-// settleIndexes returns when the schema has no INVALID index: it waits
-// for the builds in progress and drops the leftovers of failed ones,
-// reporting whether it dropped any.
-func (s *Store) settleIndexes(ctx context.Context) (dropped bool, err error) {
-	for {
-		rows, err := s.db.Query(ctx, invalidIndexesSQL, s.cfg.schema)
+// settleIndex returns when index (if not "") is not INVALID: it waits
+// for a build in progress and drops the leftover of a failed one,
+// reporting whether it dropped it.
+func (s *Store) settleIndex(ctx context.Context, index string) (dropped bool, err error) {
+	for index != "" {
+		rows, err := s.db.Query(ctx, invalidIndexesSQL, s.cfg.schema, index)
 		if err != nil {
 			return dropped, err
 		}
@@ -180,4 +201,5 @@ func (s *Store) settleIndexes(ctx context.Context) (dropped bool, err error) {
 			}
 		}
 	}
+	return false, nil
 }

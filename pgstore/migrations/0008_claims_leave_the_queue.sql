@@ -19,15 +19,21 @@
 -- history row for it, and History answers the entry from the record's
 -- created_at (see impliedCreation in history.go). Records already stored
 -- keep their rows, and default to false.
+--
+-- pgstore:no-transaction
+--
+-- The indexes are built concurrently, so that writers go on while they
+-- are built beside a large table; the column has a constant default, so
+-- adding it rewrites nothing.
 
-CREATE INDEX outbox_entries_unclaimed_idx ON {schema}.outbox_entries (created_at, enqueue_seq)
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_entries_unclaimed_idx ON {schema}.outbox_entries (created_at, enqueue_seq)
     WHERE status = 'pending' AND claim_token IS NULL;
-CREATE INDEX outbox_entries_unclaimed_due_idx ON {schema}.outbox_entries (next_attempt_at, id)
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_entries_unclaimed_due_idx ON {schema}.outbox_entries (next_attempt_at, id)
     WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL;
-CREATE INDEX outbox_entries_claimed_idx ON {schema}.outbox_entries (claim_expires_at)
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_entries_claimed_idx ON {schema}.outbox_entries (claim_expires_at)
     WHERE claim_token IS NOT NULL;
-DROP INDEX {schema}.outbox_entries_pending_idx;
-DROP INDEX {schema}.outbox_entries_scheduled_idx;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.outbox_entries_pending_idx;
+DROP INDEX CONCURRENTLY IF EXISTS {schema}.outbox_entries_scheduled_idx;
 
-ALTER TABLE {schema}.deliveries ADD COLUMN creation_implied boolean NOT NULL DEFAULT false;
-ALTER TABLE {schema}.outbox_entries ADD COLUMN creation_implied boolean NOT NULL DEFAULT false;
+ALTER TABLE {schema}.deliveries ADD COLUMN IF NOT EXISTS creation_implied boolean NOT NULL DEFAULT false;
+ALTER TABLE {schema}.outbox_entries ADD COLUMN IF NOT EXISTS creation_implied boolean NOT NULL DEFAULT false;
