@@ -205,13 +205,14 @@ func RaiseFence(highest, fence *Fence) *Fence {
 	return &f
 }
 
-// RecordActivation notes what a push or wake-up did; the state is unchanged.
+// RecordActivation notes what a push or wake-up did; the state is
+// unchanged. Activations counts up to MaxCount and stays there.
 func (d Delivery) RecordActivation(a Activation, now time.Time) (Delivery, Outcome) {
 	now = Normalize(now)
 	if d.State.Terminal() {
 		return d, OutcomeEnded
 	}
-	d.Activations++
+	d.Activations = addCount(d.Activations)
 	d.LastActivation = &a
 	d.LastActivationAt = now
 	d.touch(now)
@@ -397,6 +398,15 @@ func (d *Delivery) end(state DeliveryState, now time.Time) {
 func (d *Delivery) touch(now time.Time) {
 	d.UpdatedAt = now
 	d.Version++
+}
+
+// addCount returns n+1, or n when n is at MaxCount: no transition takes
+// a count past what both stores hold.
+func addCount(n int) int {
+	if n >= MaxCount {
+		return n
+	}
+	return n + 1
 }
 
 func clonePayload(p []byte) []byte {

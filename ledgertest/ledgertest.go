@@ -74,6 +74,8 @@ var ledgerGroups = []struct {
 	{"History", testHistory},
 	{"Stats", testStats},
 	{"Validation", testValidation},
+	{"Bounds", testBounds},
+	{"Tokens", testTokens},
 	{"Concurrency", testConcurrency},
 	{"Races", testLedgerRaces},
 }
@@ -97,6 +99,8 @@ var claimGroups = []struct {
 	{"History", testEntryHistory},
 	{"Stats", testOutboxStats},
 	{"Validation", testOutboxValidation},
+	{"Bounds", testClaimBounds},
+	{"Tokens", testClaimTokens},
 	{"Concurrency", testClaimConcurrency},
 	{"Races", testClaimRaces},
 }

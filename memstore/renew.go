@@ -59,5 +59,5 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 		e = p.OutboxEntry // a call that does not apply writes, and changes, nothing
 	}
 	o.mu.Unlock()
-	return ledger.OutboxResult{Outcome: out, Entry: e.Clone()}, nil
+	return ledger.OutboxResult{Outcome: out, Entry: handOutEntry(e)}, nil
 }

@@ -82,9 +82,11 @@ const deliveryGrantSet = `
 	version = d.version + 1`
 
 // outboxGrantSet expresses ledger.OutboxEntry.Grant in SQL. Parameters: $1
-// now, $4 worker, $5 expiry.
+// now, $4 worker, $5 expiry. Attempts stops at ledger.MaxCount, the
+// integer column's largest value, as Grant does: one more would fail the
+// statement, and with it every claim behind the entry.
 const outboxGrantSet = `
-	attempts = d.attempts + 1,
+	attempts = LEAST(d.attempts, 2147483646) + 1,
 	claim_seq = d.claim_seq + 1,
 	claim_worker = $4,
 	claim_token = granted.token,

@@ -94,10 +94,10 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "acknowledge", h: how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, id: lease.DeliveryID,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "acknowledge", h: how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Acknowledge(lease, observation, now)
-		}})
+		}}))
 }
 
 // MarkProcessed closes an acknowledged delivery (see ledger.Ledger). With
@@ -112,10 +112,10 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "mark processed", h: how{op: ledger.OpMarkProcessed, actor: owner.String()}, id: id, fence: fence,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "mark processed", h: how{op: ledger.OpMarkProcessed, actor: owner.String()}, id: id, fence: fence,
 		step: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.MarkProcessed(owner, fence, highest, action, now)
-		}})
+		}}))
 }
 
 // RecordActivation notes what a push or wake-up did (see ledger.Ledger).
@@ -127,10 +127,10 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "record activation", h: how{op: ledger.OpRecordActivation}, id: id,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "record activation", h: how{op: ledger.OpRecordActivation}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.RecordActivation(activation, now)
-		}})
+		}}))
 }
 
 // MarkFailed gives up the attempt held under lease (see ledger.Ledger).
@@ -142,10 +142,10 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "mark failed", h: how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, id: lease.DeliveryID,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "mark failed", h: how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.MarkFailed(lease, reason, now)
-		}})
+		}}))
 }
 
 // Release gives the lease back without counting the attempt (see
@@ -158,10 +158,10 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "release", h: how{op: ledger.OpRelease, actor: lease.Owner.String()}, id: lease.DeliveryID,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "release", h: how{op: ledger.OpRelease, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Release(lease, now)
-		}})
+		}}))
 }
 
 // Abandon ends one open delivery as Expired with cause (see ledger.Ledger).
@@ -173,10 +173,10 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Abandon(cause, now)
-		}})
+		}}))
 }
 
 // Get returns one delivery in any state; an error matching
@@ -197,7 +197,7 @@ func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery,
 	if err != nil {
 		return ledger.Delivery{}, err
 	}
-	return d, nil
+	return d.Redacted(), nil
 }
 
 // List returns one page of deliveries in ID order (byte order), keyset
@@ -236,6 +236,9 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 	})
 	if err != nil {
 		return ledger.Page{}, err
+	}
+	for i := range page.Deliveries {
+		page.Deliveries[i] = page.Deliveries[i].Redacted()
 	}
 	return page, nil
 }
