@@ -195,6 +195,20 @@ func (d Delivery) MarkProcessed(owner Owner, fence, highest *Fence, action Actio
 	return d, OutcomeApplied
 }
 
+// AcknowledgeProcessed is the step of AckProcessor on d: the
+// acknowledgement under lease and, when it applied, the processing by the
+// owner it recorded. highest is the highest fence already accepted for
+// d's target (nil: none). It returns the record after each step, and the
+// second step's outcome is "" when the first did not apply.
+func (d Delivery) AcknowledgeProcessed(lease Lease, observation string, fence, highest *Fence, action ActionRef, now time.Time) (acked Delivery, ackOutcome Outcome, done Delivery, doneOutcome Outcome) {
+	acked, ackOutcome = d.Acknowledge(lease, observation, now)
+	if ackOutcome != OutcomeApplied {
+		return acked, ackOutcome, acked, ""
+	}
+	done, doneOutcome = acked.MarkProcessed(acked.Ack.Owner, fence, highest, action, now)
+	return acked, ackOutcome, done, doneOutcome
+}
+
 // RaiseFence returns the target's new high-water mark after a fence was
 // accepted: the larger of highest and fence (either may be nil).
 func RaiseFence(highest, fence *Fence) *Fence {

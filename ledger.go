@@ -135,6 +135,26 @@ type BatchEnqueuer interface {
 	EnqueueBatch(ctx context.Context, reqs []EnqueueRequest, now time.Time) ([]DeliveryResult, error)
 }
 
+// AckProcessor is implemented by ledgers that can acknowledge a leased
+// delivery and mark it processed in one call, for a holder that did its
+// work before acknowledging (as the dispatch package's Worker does).
+// Detect it with a type assertion; the Worker uses it when its ledger has
+// it.
+//
+// AcknowledgeProcessed does what Acknowledge(lease, observation, now) and
+// then, when that applied, MarkProcessed(id, owner, fence, action, now)
+// would do, for the delivery of lease and the owner that acknowledged it,
+// and answers both: ack is Acknowledge's answer, and processed is
+// MarkProcessed's, or the zero DeliveryResult when the acknowledgement did
+// not apply (nothing more was tried). The records, outcomes and history
+// are those of the two calls made one after the other at now. A store may
+// apply both in one transaction; one that applies them in two answers
+// each as the separate call would have, and an error after an applied
+// acknowledgement comes with that acknowledgement's answer.
+type AckProcessor interface {
+	AcknowledgeProcessed(ctx context.Context, lease Lease, observation string, fence *Fence, action ActionRef, now time.Time) (ack, processed DeliveryResult, err error)
+}
+
 // Renewer is implemented by ledgers that can extend a lease while its
 // holder is still working (a heartbeat). Detect it with a type assertion.
 //

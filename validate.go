@@ -262,6 +262,17 @@ func ValidateMarkProcessed(id DeliveryID, owner Owner, fence *Fence, action Acti
 	)
 }
 
+// ValidateAcknowledgeProcessed checks the arguments of
+// AckProcessor.AcknowledgeProcessed: those of Acknowledge, then the fence
+// and the action of MarkProcessed.
+func ValidateAcknowledgeProcessed(lease Lease, observation string, fence *Fence, action ActionRef, now time.Time) error {
+	var fenceErr error
+	if fence != nil && *fence < 0 {
+		fenceErr = invalid("fence", "must not be negative")
+	}
+	return first(ValidateAcknowledge(lease, observation, now), fenceErr, ValidateName("action", string(action)))
+}
+
 // ValidateRecordActivation checks the arguments of Ledger.RecordActivation.
 func ValidateRecordActivation(id DeliveryID, a Activation, now time.Time) error {
 	var resultErr error

@@ -94,7 +94,8 @@
 //
 //   - Lease, then Handle;
 //   - on a Decision to process: Acknowledge, then MarkProcessed (with the
-//     Decision's fence or the FenceSource's);
+//     Decision's fence or the FenceSource's), in one call when the ledger
+//     is a ledger.AckProcessor, as both stores are;
 //   - on a Decision to release: Release (the attempt is not counted);
 //   - on an error, a panic or a FenceSource error: MarkFailed (permanent
 //     when the error is wrapped by Permanent).

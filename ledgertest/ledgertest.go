@@ -59,6 +59,7 @@ var ledgerGroups = []struct {
 	{"Lease", testLease},
 	{"Acknowledge", testAcknowledge},
 	{"MarkProcessed", testMarkProcessed},
+	{"AcknowledgeProcessed", testAcknowledgeProcessed},
 	{"RecordActivation", testRecordActivation},
 	{"MarkFailed", testMarkFailed},
 	{"Release", testRelease},

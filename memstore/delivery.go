@@ -299,6 +299,38 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	}), nil
 }
 
+// AcknowledgeProcessed acknowledges under lease and, when that applied,
+// marks the delivery processed by the owner that acknowledged it, under
+// one lock (see ledger.AckProcessor). Errors: ErrInvalid, ctx.Err().
+func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ack, processed ledger.DeliveryResult, err error) {
+	if err := begin(ctx, ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	slot, ok := s.records[lease.DeliveryID]
+	if !ok {
+		return ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}, ledger.DeliveryResult{}, nil
+	}
+	before := *s.recs[slot]
+	highest := s.fences[before.Target]
+	acked, ackOutcome, done, doneOutcome := before.AcknowledgeProcessed(lease, observation, fence, highest, action, now)
+	if ackOutcome != ledger.OutcomeApplied {
+		return ledger.DeliveryResult{Outcome: ackOutcome, Delivery: handOut(before)}, ledger.DeliveryResult{}, nil
+	}
+	s.replace(slot, &acked, ledger.OpAcknowledge, actorOf(ledger.OpAcknowledge, &before))
+	ack = ledger.DeliveryResult{Outcome: ackOutcome, Delivery: handOut(acked)}
+	if doneOutcome != ledger.OutcomeApplied {
+		return ack, ledger.DeliveryResult{Outcome: doneOutcome, Delivery: handOut(acked)}, nil
+	}
+	if raised := ledger.RaiseFence(highest, fence); raised != highest {
+		s.fences[before.Target] = raised
+	}
+	s.replace(slot, &done, ledger.OpMarkProcessed, actorOf(ledger.OpMarkProcessed, &acked))
+	return ack, ledger.DeliveryResult{Outcome: doneOutcome, Delivery: handOut(done)}, nil
+}
+
 // RecordActivation writes down what a push or wake-up did; the state does
 // not change. Outcomes: Applied, NotFound, Ended. Errors: ErrInvalid,
 // ctx.Err().

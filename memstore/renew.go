@@ -10,6 +10,7 @@ import (
 // Compile-time checks that the stores implement the heartbeat contracts.
 var (
 	_ ledger.Renewer      = (*Store)(nil)
+	_ ledger.AckProcessor = (*Store)(nil)
 	_ ledger.ClaimRenewer = (*Outbox)(nil)
 )
 

@@ -73,6 +73,7 @@ var diffLedgerGens = []diffGen{
 	{6, noGrant, true, (*diffRun).opEnqueueBatch},
 	{14, noGrant, true, (*diffRun).opLease},
 	{12, aLease, true, (*diffRun).opAcknowledge},
+	{5, aLease, false, (*diffRun).opAcknowledgeProcessed},
 	{10, noGrant, true, (*diffRun).opMarkProcessed},
 	{5, aLease, false, (*diffRun).opMarkFailed},
 	{4, aLease, false, (*diffRun).opRelease},

@@ -436,6 +436,8 @@ func (r *diffRun) note(res any) {
 			r.claimKeys = append(r.claimKeys, grantKey{string(c.Claim.EntryID), c.Claim.Seq})
 			r.latestClaim[string(c.Claim.EntryID)] = c.Claim.Seq
 		}
+	case ackProcessedAnswer:
+		r.note(v.Processed)
 	case ledger.DeliveryResult:
 		if p := v.Delivery.Processing; v.Applied() && v.Delivery.State == ledger.DeliveryStateProcessed && p.Fence != nil {
 			if f, ok := r.fences[v.Delivery.Target]; !ok || *p.Fence > f {
@@ -457,6 +459,8 @@ func outcomesOf(res any, err error) []string {
 		return []string{"none"}
 	}
 	switch v := res.(type) {
+	case ackProcessedAnswer:
+		return []string{"ack " + string(v.Ack.Outcome), "processed " + string(v.Processed.Outcome)}
 	case ledger.DeliveryResult:
 		return []string{string(v.Outcome)}
 	case []ledger.DeliveryResult:

@@ -19,6 +19,7 @@ import (
 var (
 	_ ledger.Ledger              = (*Store)(nil)
 	_ ledger.BatchEnqueuer       = (*Store)(nil)
+	_ ledger.AckProcessor        = (*Store)(nil)
 	_ ledger.ClaimStore          = (*Outbox)(nil)
 	_ ledger.DueClaimer          = (*Outbox)(nil)
 	_ ledger.OutboxBatchEnqueuer = (*Outbox)(nil)

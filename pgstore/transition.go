@@ -100,6 +100,39 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 		}}))
 }
 
+// AcknowledgeProcessed acknowledges under lease and, when that applied,
+// marks the delivery processed by the owner that acknowledged it (see
+// ledger.AckProcessor). On a delivery this store leased, without a fence,
+// both are one write in one transaction, grouped with other calls; a call
+// the store cannot decide that way runs as its two calls would, each in a
+// transaction of its own. When the call fails with an error, ack is the
+// acknowledgement's answer if that committed, else zero.
+func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ack, processed ledger.DeliveryResult, err error) {
+	if err := s.check(ctx, ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
+	}
+	now, err = s.decisionTime(ctx, "acknowledge processed", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
+	}
+	var first ledger.DeliveryResult
+	processed, err = s.complete(ctx, deliveryCompletion{op: "acknowledge processed", id: lease.DeliveryID, fence: fence,
+		h: how{op: ledger.OpAcknowledge, holder: true},
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.Acknowledge(lease, observation, now)
+		},
+		thenHow: how{op: ledger.OpMarkProcessed, holder: true},
+		then: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.MarkProcessed(d.Ack.Owner, fence, highest, action, now)
+		},
+		first: &first})
+	// first holds the acknowledgement's answer once it committed (with
+	// the second step, or on its own), and is zero otherwise.
+	ack, _ = deliveryOut(first, nil)
+	processed, err = deliveryOut(processed, err)
+	return ack, processed, err
+}
+
 // MarkProcessed closes an acknowledged delivery (see ledger.Ledger). With
 // a fence, the delivery's target row in target_fences is locked too (and
 // created if absent, which is undone when the call does not apply), so the
