@@ -40,7 +40,6 @@ type deliveryCompletion struct {
 	first   *ledger.DeliveryResult
 }
 
-
 // entryCompletion is one claim completion of an outbox entry.
 type entryCompletion struct {
 	op    string
