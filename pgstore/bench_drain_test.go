@@ -3,11 +3,11 @@ package pgstore
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgtest"
 )
 
 // BenchmarkDrain drains items the way a worker does: claim (or lease) a
@@ -46,7 +46,7 @@ func benchDrain(b *testing.B, outbox bool) {
 	}
 	analyze(ctx, b, s)
 	owner := ledger.Owner{Agent: "agent", Incarnation: "boot"}
-	cpu := clientCPU()
+	cpu := pgtest.ProcessCPU()
 	b.ReportAllocs()
 	b.ResetTimer()
 	done := 0
@@ -92,15 +92,5 @@ func benchDrain(b *testing.B, outbox bool) {
 		done += items
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(clientCPU()-cpu)/float64(b.N), "client-cpu-ns/op")
-}
-
-// clientCPU returns the process's CPU time so far, user and system, in
-// nanoseconds.
-func clientCPU() int64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	b.ReportMetric(float64(pgtest.ProcessCPU()-cpu)/float64(b.N), "client-cpu-ns/op")
 }
