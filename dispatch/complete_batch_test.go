@@ -49,9 +49,14 @@ func (s *batchStore) CompleteClaims(ctx context.Context, cs []ledger.ClaimComple
 		}
 	}
 	outs := make([]ledger.OutboxResult, len(cs))
-	decided, err := s.Outbox.CompleteClaims(ctx, decide)
-	if err != nil {
-		return nil, err
+	// A batch may hold only undecided completions, depending on how the
+	// cycle's completions were grouped; the store is not asked for none.
+	var decided []ledger.OutboxResult
+	if len(decide) > 0 {
+		var err error
+		if decided, err = s.Outbox.CompleteClaims(ctx, decide); err != nil {
+			return nil, err
+		}
 	}
 	for j, i := range at {
 		outs[i] = decided[j]
