@@ -59,6 +59,7 @@ var ledgerGroups = []struct {
 	{"Lease", testLease},
 	{"Acknowledge", testAcknowledge},
 	{"MarkProcessed", testMarkProcessed},
+	{"AcknowledgeProcessed", testAcknowledgeProcessed},
 	{"RecordActivation", testRecordActivation},
 	{"MarkFailed", testMarkFailed},
 	{"Release", testRelease},
@@ -75,6 +76,8 @@ var ledgerGroups = []struct {
 	{"History", testHistory},
 	{"Stats", testStats},
 	{"Validation", testValidation},
+	{"Bounds", testBounds},
+	{"Tokens", testTokens},
 	{"Concurrency", testConcurrency},
 	{"Races", testLedgerRaces},
 }
@@ -91,6 +94,7 @@ var claimGroups = []struct {
 	{"BaseCompletions", testOutboxBaseCompletions},
 	{"Claim", testClaim},
 	{"ClaimCompletions", testClaimCompletions},
+	{"CompleteClaims", testCompleteClaims},
 	{"RenewClaim", testRenewClaim},
 	{"ListEntries", testListEntries},
 	{"ListEndedEntries", testListEndedEntries},
@@ -99,6 +103,8 @@ var claimGroups = []struct {
 	{"History", testEntryHistory},
 	{"Stats", testOutboxStats},
 	{"Validation", testOutboxValidation},
+	{"Bounds", testClaimBounds},
+	{"Tokens", testClaimTokens},
 	{"Concurrency", testClaimConcurrency},
 	{"Races", testClaimRaces},
 }

@@ -34,7 +34,13 @@ var brokenSuites = map[string]func(t *testing.T){
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetAttemptOutbox{memstore.NewOutbox()} })
 	},
 	"claim-stale-token": func(t *testing.T) {
-		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return staleTokenOutbox{memstore.NewOutbox()} })
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return newStaleTokenOutbox() })
+	},
+	"claim-leaky-token": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return leakyTokenOutbox{newStaleTokenOutbox()} })
+	},
+	"claim-lenient-save": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return lenientSaveOutbox{memstore.NewOutbox()} })
 	},
 	"ledger-intact": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return memstore.New() })
@@ -46,7 +52,10 @@ var brokenSuites = map[string]func(t *testing.T){
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return forgetAttemptLedger{memstore.New()} })
 	},
 	"ledger-stale-token": func(t *testing.T) {
-		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleTokenLedger{memstore.New()} })
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return newStaleTokenLedger() })
+	},
+	"ledger-leaky-token": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return leakyTokenLedger{newStaleTokenLedger()} })
 	},
 	"bounds-intact": func(t *testing.T) {
 		ledgertest.TestQueueBounds(t, func(_ *testing.T, b ledger.QueueBounds) ledger.Ledger {
@@ -110,6 +119,14 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"ClaimCompletions/ReleaseClaim/WrongSeqIsLeaseLost",
 			"ClaimCompletions/SaveClaimDeferred/StaleClaimIsLeaseLost",
 		}},
+		{mode: "claim-leaky-token", failed: []string{
+			"Tokens/OnlyTheWorkersClaimCarriesTheToken",
+			"Tokens/ClaimRebuiltFromAnEntryCannotAct",
+		}},
+		{mode: "claim-lenient-save", failed: []string{
+			"Bounds/AttemptsPastMaxCountAreInvalid",
+			"Validation/Save/AttemptsPastMaxCount",
+		}},
 		{mode: "ledger-intact"},
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
@@ -120,6 +137,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"NewDeliveryIsAbandonedWhenNothingOlderIsOffered",
 			"BatchSaysSoOnTheLastRequestOfTheTarget",
 			"ConcurrentEnqueuesNeverLeaveMoreThanTheBound",
+		}},
+		{mode: "ledger-leaky-token", failed: []string{
+			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",
+			"Tokens/LeaseRebuiltFromARecordCannotAct",
 		}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

@@ -134,9 +134,11 @@ func (s *Store) boundRedriven(results []ledger.RedriveResult, now time.Time) {
 	}
 }
 
+// cloneRedrive returns r as the store hands it out: copies without
+// tokens.
 func cloneRedrive(r ledger.RedriveResult) ledger.RedriveResult {
-	r.Original = r.Original.Clone()
-	r.Redriven = r.Redriven.Clone()
+	r.Original = handOut(r.Original)
+	r.Redriven = handOut(r.Redriven)
 	return r
 }
 
@@ -213,8 +215,10 @@ func (o *Outbox) redriveLocked(id ledger.OutboxEntryID, key string, now time.Tim
 	return res
 }
 
+// cloneEntryRedrive returns r as the store hands it out: copies without
+// tokens.
 func cloneEntryRedrive(r ledger.RedriveEntryResult) ledger.RedriveEntryResult {
-	r.Original = r.Original.Clone()
-	r.Redriven = r.Redriven.Clone()
+	r.Original = handOutEntry(r.Original)
+	r.Redriven = handOutEntry(r.Redriven)
 	return r
 }

@@ -73,6 +73,7 @@ var diffLedgerGens = []diffGen{
 	{6, noGrant, true, (*diffRun).opEnqueueBatch},
 	{14, noGrant, true, (*diffRun).opLease},
 	{12, aLease, true, (*diffRun).opAcknowledge},
+	{5, aLease, false, (*diffRun).opAcknowledgeProcessed},
 	{10, noGrant, true, (*diffRun).opMarkProcessed},
 	{5, aLease, false, (*diffRun).opMarkFailed},
 	{4, aLease, false, (*diffRun).opRelease},
@@ -98,11 +99,13 @@ var diffOutboxGens = []diffGen{
 	{1, noGrant, false, (*diffRun).opMarkDeadLettered},
 	{6, noGrant, true, (*diffRun).opClaimPending},
 	{4, noGrant, false, (*diffRun).opClaimRetryReady},
+	{3, noGrant, false, (*diffRun).opClaimDue},
 	{3, aClaim, false, (*diffRun).opMarkClaimDelivered},
 	{4, aClaim, false, (*diffRun).opMarkClaimFailed},
 	{2, aClaim, false, (*diffRun).opMarkClaimDeadLettered},
 	{3, aClaim, false, (*diffRun).opReleaseClaim},
 	{3, aClaim, false, (*diffRun).opSaveClaim},
+	{3, aClaim, false, (*diffRun).opCompleteClaims},
 	{2, noGrant, false, (*diffRun).opPurgeEntries},
 }
 

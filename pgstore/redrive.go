@@ -62,7 +62,7 @@ func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time
 	if err != nil {
 		return ledger.RedriveResult{}, err
 	}
-	return res, nil
+	return redriveOut(res), nil
 }
 
 // RedriveMatching redrives up to q.Limit deliveries matching q, oldest
@@ -114,7 +114,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	if err != nil {
 		return ledger.RedriveBatch{}, err
 	}
-	return batch, nil
+	return redrivesOut(batch), nil
 }
 
 // redriveArgs are the parameters of the redrivable statements: what ended
@@ -263,7 +263,7 @@ func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryReques
 	if err != nil {
 		return ledger.RedriveEntryResult{}, err
 	}
-	return res, nil
+	return redriveEntryOut(res), nil
 }
 
 // RedriveEntriesMatching redrives up to q.Limit entries matching q,
@@ -307,7 +307,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 	if err != nil {
 		return ledger.RedriveEntryBatch{}, err
 	}
-	return batch, nil
+	return redriveEntriesOut(batch), nil
 }
 
 // entryCutoff is the cutoff of RedriveEntriesMatching: EndedBefore, or

@@ -75,7 +75,7 @@ func printEntries(w io.Writer, page ledger.OutboxPage) {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tSTATUS\tPROVIDER\tKIND\tATTEMPTS\tNEXT ATTEMPT AT\tUPDATED AT")
 	for _, en := range page.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", en.ID, en.Status, en.Envelope.Provider, en.Envelope.Kind,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(string(en.ID)), en.Status, display(string(en.Envelope.Provider)), display(string(en.Envelope.Kind)),
 			en.Attempts, fmtTime(en.NextAttemptAt), fmtTime(en.UpdatedAt))
 	}
 	_ = tw.Flush()

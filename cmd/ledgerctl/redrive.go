@@ -152,27 +152,27 @@ func printRedriveOne(e env, c *common, line redriveLine, state, redrivenTo, what
 		if err := writeJSON(e.stdout, redriveJSON{Count: n, Records: []redriveLine{line}}); err != nil || ok {
 			return err
 		}
-		return &exitError{code: exitFailed, msg: fmt.Sprintf("%s: %s", line.ID, line.Outcome)}
+		return &exitError{code: exitFailed, msg: fmt.Sprintf("%s: %s", display(line.ID), line.Outcome)}
 	}
 	switch line.Outcome {
 	case ledger.OutcomeApplied:
-		fmt.Fprintf(e.stdout, "redrove %s as %s\n", line.ID, line.As)
+		fmt.Fprintf(e.stdout, "redrove %s as %s\n", display(line.ID), display(line.As))
 		for _, a := range line.Abandoned {
-			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", a)
+			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", display(string(a)))
 		}
 		return nil
 	case ledger.OutcomeRepeated:
-		fmt.Fprintf(e.stdout, "%s was already redriven as %s; nothing changed\n", line.ID, redrivenTo)
+		fmt.Fprintf(e.stdout, "%s was already redriven as %s; nothing changed\n", display(line.ID), display(redrivenTo))
 		return nil
 	case ledger.OutcomeWrongState:
-		return fail("%s is %s: only %s can be redriven", line.ID, state, what)
+		return fail("%s is %s: only %s can be redriven", display(line.ID), state, what)
 	case ledger.OutcomeConflict:
 		if redrivenTo != "" {
-			return fail("%s was already redriven as %s", line.ID, redrivenTo)
+			return fail("%s was already redriven as %s", display(line.ID), display(redrivenTo))
 		}
-		return fail("%s: the new ID is taken by another record", line.ID)
+		return fail("%s: the new ID is taken by another record", display(line.ID))
 	}
-	return fail("%s: %s", line.ID, line.Outcome)
+	return fail("%s: %s", display(line.ID), line.Outcome)
 }
 
 // redriveMatching redrives everything q matches, batch by batch.
@@ -187,7 +187,9 @@ func redriveMatching(ctx context.Context, e env, c *common, store *pgstore.Store
 		}
 		out.Count += b.Redriven()
 		if err != nil {
-			fmt.Fprintf(e.stderr, "ledgerctl: redrove %d deliveries before the error\n", out.Count)
+			if out.Count > 0 {
+				fmt.Fprintf(e.stderr, "ledgerctl: redrove %d deliveries before the error\n", out.Count)
+			}
 			return invalidInput(err)
 		}
 		p.report("%d deliveries redriven", out.Count)
@@ -208,14 +210,14 @@ func printRedriveMatching(e env, c *common, out redriveJSON, what string) error 
 	for _, l := range out.Records {
 		switch {
 		case out.DryRun:
-			fmt.Fprintf(e.stdout, "would redrive %s as %s\n", l.ID, l.As)
+			fmt.Fprintf(e.stdout, "would redrive %s as %s\n", display(l.ID), display(l.As))
 		case l.Outcome == ledger.OutcomeApplied:
-			fmt.Fprintf(e.stdout, "redrove %s as %s\n", l.ID, l.As)
+			fmt.Fprintf(e.stdout, "redrove %s as %s\n", display(l.ID), display(l.As))
 		default:
-			fmt.Fprintf(e.stdout, "did not redrive %s: %s\n", l.ID, l.Outcome)
+			fmt.Fprintf(e.stdout, "did not redrive %s: %s\n", display(l.ID), l.Outcome)
 		}
 		for _, a := range l.Abandoned {
-			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", a)
+			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", display(string(a)))
 		}
 	}
 	verb := "redrove"
@@ -296,7 +298,9 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 			}
 			out.Count += b.Redriven()
 			if err != nil {
-				fmt.Fprintf(e.stderr, "ledgerctl: redrove %d outbox entries before the error\n", out.Count)
+				if out.Count > 0 {
+					fmt.Fprintf(e.stderr, "ledgerctl: redrove %d outbox entries before the error\n", out.Count)
+				}
 				return invalidInput(err)
 			}
 			p.report("%d outbox entries redriven", out.Count)
@@ -385,7 +389,7 @@ func setupExpire(_ *flag.FlagSet, c *common) func(context.Context, env, []string
 			return writeJSON(e.stdout, out)
 		}
 		for _, id := range out.Changed {
-			fmt.Fprintf(e.stdout, "  %s\n", id)
+			fmt.Fprintf(e.stdout, "  %s\n", display(string(id)))
 		}
 		fmt.Fprintf(e.stdout, "expired %d deliveries whose lease or acknowledgement deadline had passed at %s\n", len(out.Changed), fmtTime(now))
 		return nil

@@ -115,9 +115,9 @@ durations in it are nanoseconds, their keys end in _ns).
 Now is the wall clock of this machine. "ledgerctl help COMMAND" shows a
 command's flags.
 
-exit codes: 0 ok, 1 failed (store or connection error, invalid -schema,
-or a call the store refused), 2 usage error (also a command's flag or
-argument refused before connecting, such as list -limit -1), 3 not found.
+exit codes: 0 ok, 1 failed (store or connection error, an ID, -schema or
+cut-off time refused, or a call the store refused), 2 usage error (also a
+flag's value refused before connecting, such as list -limit -1), 3 not found.
 `)
 	return b.String()
 }
@@ -247,14 +247,16 @@ func runEnv(ctx context.Context, args []string, e env) int {
 	return exitOK
 }
 
-// report prints err and returns its exit code.
+// report prints err, with everything in it that would not show escaped
+// (it may quote the operator's input or the server's words), and returns
+// its exit code.
 func report(stderr io.Writer, err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
-		fmt.Fprintf(stderr, "ledgerctl: %s\n", ee.msg)
+		fmt.Fprintf(stderr, "ledgerctl: %s\n", clean(ee.msg))
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "ledgerctl: %v\n", err)
+	fmt.Fprintf(stderr, "ledgerctl: %s\n", clean(err.Error()))
 	return exitFailed
 }
 
