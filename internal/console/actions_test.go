@@ -1,6 +1,7 @@
 package console
 
 import (
+	"html/template"
 	"net/http"
 	"net/url"
 	"strings"
@@ -162,4 +163,38 @@ func TestRedriveFromTheConsole(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ledger.OutboxStatusPending, got.Status)
 	assert.Equal(t, d.deadEntry, got.RedrivenFrom)
+}
+
+// TestRedrivenRecordsLinkEachOther: the page of a redriven record and the
+// page of its redrive link each other, in their fields and at the
+// timeline step of the redrive, for deliveries and outbox entries.
+func TestRedrivenRecordsLinkEachOther(t *testing.T) {
+	h, _, d := memFixture(t, Options{Writable: true, Token: testToken})
+	c := newClient(t, h)
+	csrf := c.signIn(testToken)
+	for _, tc := range []struct {
+		page, action, id, newID string
+		form                    url.Values
+	}{
+		{"/delivery", "redrive", "done-002", "done-002/redrive", url.Values{}},
+		{"/entry", "redrive-entry", string(d.deadEntry), string(ledger.OutboxEntryIDFor("again-2")), url.Values{"key": {"again-2"}}},
+	} {
+		_, before := c.get(pageURL(tc.page, "id", tc.id))
+		require.NotContains(t, before, "redriven as", "%s: not redriven yet", tc.id)
+		tc.form.Set("id", tc.id)
+		tc.form.Set("confirm", "yes")
+		tc.form.Set("csrf", csrf)
+		status, _, _ := c.post("/act/"+tc.action, tc.form)
+		require.Equal(t, http.StatusSeeOther, status)
+
+		toNew := `href="` + template.HTMLEscapeString(pageURL(tc.page, "id", tc.newID)) + `"`
+		toOld := `href="` + template.HTMLEscapeString(pageURL(tc.page, "id", tc.id)) + `"`
+		_, original := c.get(pageURL(tc.page, "id", tc.id))
+		assert.Contains(t, original, `<tr><th>redriven as</th><td><a `+toNew+`>`+template.HTMLEscapeString(tc.newID)+`</a></td></tr>`, "%s: the field links the redrive", tc.page)
+		assert.Contains(t, original, `<a `+toNew+`>the record it was redriven as</a>`, "%s: the redrive step links it too", tc.page)
+		_, redriven := c.get(pageURL(tc.page, "id", tc.newID))
+		assert.Contains(t, redriven, `<tr><th>redriven from</th><td><a `+toOld+`>`+template.HTMLEscapeString(tc.id)+`</a></td></tr>`, "%s: the field links the original", tc.page)
+		assert.Contains(t, redriven, `<a `+toOld+`>the record it was redriven from</a>`, "%s: the creation step links it too", tc.page)
+		assert.NotContains(t, redriven, "redriven as", "%s: the redrive was not redriven", tc.page)
+	}
 }

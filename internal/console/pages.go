@@ -296,7 +296,7 @@ func (h *Handler) delivery(ctx context.Context, r *http.Request, s *session) (st
 		if err != nil {
 			return "", nil, err
 		}
-		p.Steps = newSteps(hist, v.Target)
+		p.Steps = newSteps(hist, v.Target, redriveLinks{"/delivery", string(d.RedrivenFrom), string(d.RedrivenTo)})
 	} else {
 		p.NoHistory = true
 	}
@@ -327,7 +327,7 @@ func (h *Handler) entry(ctx context.Context, r *http.Request, s *session) (strin
 		if err != nil {
 			return "", nil, err
 		}
-		p.Steps = newSteps(hist, "")
+		p.Steps = newSteps(hist, "", redriveLinks{"/entry", string(e.RedrivenFrom), string(e.RedrivenTo)})
 	} else {
 		p.NoHistory = true
 	}

@@ -270,11 +270,20 @@ type stepView struct {
 	Reason                      string
 	Ended, Failed, WithinAState bool
 	// Link points at the records a supersession moved the delivery
-	// between, when the step is one.
+	// between, or at the other record of a redrive, when the step is
+	// one.
 	Link, LinkText string
 }
 
-func newSteps(hist []ledger.Transition, target string) []stepView {
+// redriveLinks are the records a record's redrive steps link to: page is
+// the item page ("/delivery" or "/entry"), from the record it was
+// redriven from (its creation step), to the one it was redriven as (the
+// step that ended its redrive). Empty IDs link nothing.
+type redriveLinks struct {
+	page, from, to string
+}
+
+func newSteps(hist []ledger.Transition, target string, rd redriveLinks) []stepView {
 	out := make([]stepView, len(hist))
 	for i, t := range hist {
 		s := stepView{
@@ -285,6 +294,17 @@ func newSteps(hist []ledger.Transition, target string) []stepView {
 		s.Failed = t.To == string(ledger.DeliveryStateFailed) || t.To == string(ledger.OutboxStatusDeadLettered) || t.To == string(ledger.DeliveryStateExpired)
 		if t.Op == ledger.OpSupersede && target != "" {
 			s.Link, s.LinkText = listURL("/deliveries", "target", target), "deliveries of "+target
+		}
+		// The record's own fields, not the step's free-text reason, name
+		// the other record: a creation by redrive came from rd.from, any
+		// other redrive step made rd.to.
+		if t.Op == ledger.OpRedrive {
+			switch {
+			case t.From == "" && rd.from != "":
+				s.Link, s.LinkText = listURL(rd.page, "id", rd.from), "the record it was redriven from"
+			case t.From != "" && rd.to != "":
+				s.Link, s.LinkText = listURL(rd.page, "id", rd.to), "the record it was redriven as"
+			}
 		}
 		out[i] = s
 	}
