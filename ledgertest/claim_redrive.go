@@ -23,6 +23,7 @@ func testEntryRedrive(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "OpenIsWrongStateAndWritesNothing", newStore, claimRedriveOpenIsWrongState)
 	claimRun(t, "DeliveredIsWrongState", newStore, claimRedriveDeliveredIsWrongState)
 	claimRun(t, "TwiceIsRepeatedWithTheSameEntry", newStore, claimRedriveTwiceIsRepeated)
+	claimRun(t, "ConcurrentRedrivesMakeOneEntry", newStore, claimRedriveConcurrentMakesOneEntry)
 	claimRun(t, "AnotherKeyAfterwardsIsConflict", newStore, claimRedriveAnotherKeyIsConflict)
 	claimRun(t, "CallerChoosesTheKey", newStore, claimRedriveCallerChoosesTheKey)
 	claimRun(t, "TakenKeyIsConflictAndWritesNothing", newStore, claimRedriveTakenKeyIsConflict)

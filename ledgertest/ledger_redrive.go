@@ -21,6 +21,7 @@ func testRedrive(t *testing.T, newLedger NewLedgerFunc) {
 		{"OpenIsWrongStateAndWritesNothing", redriveOpenIsWrongState},
 		{"ProcessedIsWrongState", redriveProcessedIsWrongState},
 		{"TwiceIsRepeatedWithTheSameRecord", redriveTwiceIsRepeated},
+		{"ConcurrentRedrivesMakeOneRecord", redriveConcurrentMakesOneRecord},
 		{"AnotherNewIDAfterwardsIsConflict", redriveAnotherNewIDIsConflict},
 		{"CallerChoosesTheNewID", redriveCallerChoosesTheNewID},
 		{"TakenNewIDIsConflictAndWritesNothing", redriveTakenNewIDIsConflict},
