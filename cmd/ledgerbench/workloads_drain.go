@@ -15,10 +15,10 @@ import (
 // reported on its own; the drain rate counts from the first lease (or
 // claim) to the last completion. Each worker completes -fanout items of
 // its batch at once (see forEach) and leases again when all are done.
-
-// drainTarget is the targets' worker count: the drain targets are stated
-// for 8 workers and are n/a in runs with another count.
-const drainTarget = 8
+// Over the same window they measure what each drained item cost: WAL
+// bytes and CPU (see meter.go). No drain figure is judged: the ceilings
+// beside the rates are context, and the targets that matter now are set
+// against other systems in the same run, which this program does not run.
 
 // deliveryDrain is workload (a): enqueue -items in batches, then -workers
 // lease batches and acknowledge and mark processed each item, -fanout at
@@ -38,6 +38,10 @@ func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 	if err := e.analyze(ctx, st, false); err != nil {
 		return err
 	}
+	before, err := e.meter(ctx)
+	if err != nil {
+		return err
+	}
 	rate, err := drain(ctx, e, string(w)+": lease, acknowledge, processed", n,
 		func(ctx context.Context, wk int) ([]ledger.LeasedDelivery, error) {
 			r, err := st.ledger.Lease(ctx, ledger.LeaseFilter{}, owner(wk), time.Now(), leaseDuration, e.cfg.batch)
@@ -47,10 +51,14 @@ func (e *env) deliveryDrain(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
+	after, err := e.meter(ctx)
+	if err != nil {
+		return err
+	}
 	rep.add(w, "items enqueued and processed", float64(n), "items", "", nil)
 	rep.add(w, "enqueue (EnqueueBatch)", enqueueRate, "items/s", ceilingRows, nil)
-	rep.add(w, "drain: lease, acknowledge, processed", rate, "items/s", ceilingRows,
-		atLeastCeiling(0.12, ceilingRows).when(e.cfg.workers == drainTarget, "at 8 workers"))
+	rep.add(w, "drain: lease, acknowledge, processed", rate, "items/s", ceilingRows, nil)
+	e.addWindowCost(rep, w, "drain: ", before, after, n)
 	return nil
 }
 
@@ -71,6 +79,10 @@ func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 	if err := e.analyze(ctx, st, false); err != nil {
 		return err
 	}
+	before, err := e.meter(ctx)
+	if err != nil {
+		return err
+	}
 	rate, err := drain(ctx, e, string(w)+": claim, delivered", n,
 		func(ctx context.Context, wk int) ([]ledger.ClaimedEntry, error) {
 			return st.outbox.ClaimPending(ctx, ledger.ClaimRequest{
@@ -81,10 +93,14 @@ func (e *env) outboxDrain(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
+	after, err := e.meter(ctx)
+	if err != nil {
+		return err
+	}
 	rep.add(w, "entries enqueued and delivered", float64(n), "items", "", nil)
 	rep.add(w, "enqueue (EnqueueBatch)", enqueueRate, "items/s", ceilingRows, nil)
-	rep.add(w, "drain: claim, delivered", rate, "items/s", ceilingRows,
-		atLeastCeiling(0.20, ceilingRows).when(e.cfg.workers == drainTarget, "at 8 workers"))
+	rep.add(w, "drain: claim, delivered", rate, "items/s", ceilingRows, nil)
+	e.addWindowCost(rep, w, "drain: ", before, after, n)
 	return nil
 }
 
@@ -138,7 +154,7 @@ func drain[T any](ctx context.Context, e *env, label string, n int,
 // enqueued and leased in batches first (not timed), then -callers
 // goroutines acknowledge and mark processed each item, one call each, and
 // the figure is completion calls/s. A store that commits every call on its
-// own cannot beat ceiling (i); the target asks for calls to share commits.
+// own cannot beat ceiling (i), which is printed beside it as context.
 // On PostgreSQL the workload runs twice, in fresh schemas, with group
 // commit (pgstore.WithGroupCommit) and without, whatever -group-commit
 // says, and reports both and their ratio. The callers share the run's
@@ -152,7 +168,7 @@ func (e *env) completions(ctx context.Context, rep *report) error {
 			return err
 		}
 		rep.add(w, "items completed", float64(e.cfg.items), "items", "", nil)
-		rep.add(w, "completion calls (acknowledge, processed)", rate, "calls/s", ceilingTxn, atLeastCeiling(3, ceilingTxn))
+		rep.add(w, "completion calls (acknowledge, processed)", rate, "calls/s", ceilingTxn, nil)
 		return nil
 	}
 	on, err := e.completionRate(ctx, "group commit on", pgstore.WithGroupCommit(true))
@@ -164,7 +180,7 @@ func (e *env) completions(ctx context.Context, rep *report) error {
 		return err
 	}
 	rep.add(w, "items completed (each way)", float64(e.cfg.items), "items", "", nil)
-	rep.add(w, fmt.Sprintf("completion calls, group commit on (%d callers)", e.cfg.callers), on, "calls/s", ceilingTxn, atLeastCeiling(3, ceilingTxn))
+	rep.add(w, fmt.Sprintf("completion calls, group commit on (%d callers)", e.cfg.callers), on, "calls/s", ceilingTxn, nil)
 	rep.add(w, fmt.Sprintf("completion calls, group commit off (%d callers)", e.cfg.callers), off, "calls/s", ceilingTxn, nil)
 	rep.add(w, "group commit on over off", on/off, "x", "", nil)
 	return nil
