@@ -141,6 +141,7 @@ func TestCostInMemoryTable(t *testing.T) {
 	require.NoError(t, run(context.Background(), cfg, &out, &progress))
 	assert.Contains(t, out.String(), "\ncost per item, by store call (workload cost): PostgreSQL only\n")
 	assert.NotContains(t, out.String(), "INDEX ENTRIES")
+	assert.NotContains(t, out.String(), "WORKLOAD", "no figures, no empty table of them")
 }
 
 // TestDrainFanoutInMemory drains in memory completing one item at a time,

@@ -197,7 +197,7 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false) // targets read ">= 0.12x", not "\u003e="
+		enc.SetEscapeHTML(false) // targets read "<= 1.5x", not "\u003c="
 		return enc.Encode(r)
 	}
 	fmt.Fprintf(w, "store: %s\n", r.Server)
@@ -207,6 +207,31 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if c := r.Ceilings; c != nil {
 		fmt.Fprintf(w, "ceilings (%d sessions, %gs each): (i) %.0f single-row UPDATE txn/s (%.2f ms each); (ii) %.0f rows/s in UPDATEs of 1,000 rows\n",
 			c.Workers, c.Seconds, c.UpdateTxnPerSec, c.UpdateTxnMillis, c.BatchedRowsPerSec)
+	}
+	if err := r.writeFigures(w); err != nil {
+		return err
+	}
+	if r.Cost != nil {
+		fmt.Fprintln(w)
+		if err := r.Cost.write(w); err != nil {
+			return err
+		}
+	}
+	for _, f := range r.Figures {
+		if f.NotMeasured != "" {
+			fmt.Fprintf(w, "note: %s %s not measured: %s\n", f.Workload, f.Name, f.NotMeasured)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+// writeFigures prints the figures' table, if there are any.
+func (r *report) writeFigures(w io.Writer) error {
+	if len(r.Figures) == 0 {
+		return nil
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -231,20 +256,6 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	}
 	if r.Ceilings != nil {
 		fmt.Fprintln(w, "\nceiling ratio: a rate over (i) or (ii); a latency over (i time), the mean single-row UPDATE transaction at the same concurrency. Context only: no figure is judged against a ceiling.")
-	}
-	if r.Cost != nil {
-		fmt.Fprintln(w)
-		if err := r.Cost.write(w); err != nil {
-			return err
-		}
-	}
-	for _, f := range r.Figures {
-		if f.NotMeasured != "" {
-			fmt.Fprintf(w, "note: %s %s not measured: %s\n", f.Workload, f.Name, f.NotMeasured)
-		}
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintln(w, "note:", n)
 	}
 	return nil
 }
