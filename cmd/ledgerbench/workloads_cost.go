@@ -100,10 +100,7 @@ func (e *env) costOutbox(ctx context.Context, m *costMeter, st *stores, cr *cost
 	n := e.cfg.items
 	label := string(workloadCost) + ": outbox "
 	var claimed [][][]ledger.ClaimedEntry
-	calls := []struct {
-		call costCall
-		run  func(ctx context.Context) error
-	}{
+	return e.measureSteps(ctx, m, st, cr, costOutbox, []costStep{
 		{callEnqueue, func(ctx context.Context) error {
 			_, err := e.enqueueEntries(ctx, st.outbox, label+"enqueue", "k", n)
 			return err
@@ -121,16 +118,26 @@ func (e *env) costOutbox(ctx context.Context, m *costMeter, st *stores, cr *cost
 				return deliver(ctx, st.outbox, c.Claim)
 			})
 		}},
-	}
-	for _, c := range calls {
-		cm, err := m.measure(ctx, costOutbox, c.call, n, c.run)
+	})
+}
+
+// costStep is one call of the cost workload, made for every item by run.
+type costStep struct {
+	call costCall
+	run  func(ctx context.Context) error
+}
+
+// measureSteps measures l's steps one after another into cr. After an
+// enqueue it refreshes the planner's statistics, as the drains do,
+// outside any call's window.
+func (e *env) measureSteps(ctx context.Context, m *costMeter, st *stores, cr *costReport, l costLedger, steps []costStep) error {
+	for _, s := range steps {
+		cm, err := m.measure(ctx, l, s.call, e.cfg.items, s.run)
 		if err != nil {
-			return fmt.Errorf("outbox %s: %w", c.call, err)
+			return fmt.Errorf("%s %s: %w", l, s.call, err)
 		}
 		cr.addCall(cm)
-		if c.call == callEnqueue {
-			// As the drains do: statistics for the planner, outside
-			// any call's window.
+		if s.call == callEnqueue {
 			if err := e.analyze(ctx, st, false); err != nil {
 				return err
 			}
@@ -159,10 +166,7 @@ func (e *env) costDeliveries(ctx context.Context, m *costMeter, st *stores, cr *
 			return finishAll(ctx, e, label, n, leased, func(ctx context.Context, l ledger.LeasedDelivery) error { return fn(ctx, l.Lease) })
 		}
 	}
-	calls := []struct {
-		call costCall
-		run  func(ctx context.Context) error
-	}{
+	err := e.measureSteps(ctx, m, st, cr, costDelivery, []costStep{
 		{callEnqueue, func(ctx context.Context) error {
 			_, err := e.enqueueDeliveries(ctx, st.ledger, label+"enqueue", "k", n)
 			return err
@@ -174,23 +178,10 @@ func (e *env) costDeliveries(ctx context.Context, m *costMeter, st *stores, cr *
 		{callProcessed, each(label+"processed", func(ctx context.Context, l ledger.Lease) error {
 			return applied("mark processed", l.DeliveryID)(st.ledger.MarkProcessed(ctx, l.DeliveryID, l.Owner, nil, "done", time.Now()))
 		})},
-	}
-	for _, c := range calls {
-		cm, err := m.measure(ctx, costDelivery, c.call, n, c.run)
-		if err != nil {
-			return fmt.Errorf("delivery %s: %w", c.call, err)
-		}
-		cr.addCall(cm)
-		if c.call == callEnqueue {
-			if err := e.analyze(ctx, st, false); err != nil {
-				return err
-			}
-		}
-	}
-
+	})
 	ap, ok := st.ledger.(ledger.AckProcessor)
-	if !ok {
-		return nil
+	if err != nil || !ok {
+		return err
 	}
 	if _, err := e.enqueueDeliveries(ctx, st.ledger, label+"enqueue again", "q", n); err != nil {
 		return err
@@ -198,19 +189,15 @@ func (e *env) costDeliveries(ctx context.Context, m *costMeter, st *stores, cr *
 	if err := lease(label + "lease again")(ctx); err != nil {
 		return err
 	}
-	cm, err := m.measure(ctx, costDelivery, callAckProcessed, n, each(label+"acknowledge and processed",
-		func(ctx context.Context, l ledger.Lease) error {
+	return e.measureSteps(ctx, m, st, cr, costDelivery, []costStep{
+		{callAckProcessed, each(label+"acknowledge and processed", func(ctx context.Context, l ledger.Lease) error {
 			ack, done, err := ap.AcknowledgeProcessed(ctx, l, "received", nil, "done", time.Now())
 			if err := applied("acknowledge", l.DeliveryID)(ack, err); err != nil {
 				return err
 			}
 			return applied("mark processed", l.DeliveryID)(done, nil)
-		}))
-	if err != nil {
-		return fmt.Errorf("delivery %s: %w", callAckProcessed, err)
-	}
-	cr.addCall(cm)
-	return nil
+		})},
+	})
 }
 
 // applied returns a check that a delivery call on id applied.
