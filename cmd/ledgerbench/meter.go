@@ -83,10 +83,9 @@ func costPerItem(before, after meterReading, n int) windowCost {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// addWindowCost reports what each of n items drained between before and
-// after cost, in figures named prefix + "WAL per item" and so on.
-func (e *env) addWindowCost(rep *report, w workloadName, prefix string, before, after meterReading, n int) {
-	c := costPerItem(before, after, n)
+// addWindowCost reports c, what each item of a window cost, in figures
+// named prefix + "WAL per item" and so on.
+func (e *env) addWindowCost(rep *report, w workloadName, prefix string, c windowCost) {
 	if e.pool != nil {
 		rep.add(w, prefix+"WAL per item", c.walBytes, "bytes", "", nil)
 	}

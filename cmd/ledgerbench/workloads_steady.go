@@ -255,6 +255,7 @@ func (e *env) snapshot(ctx context.Context, rep *report) (err error) {
 	rep.add(w, "lease (granting) p50, last tenth", last, "ms", ceilingTxnTime, nil)
 	if first > 0 && last > 0 {
 		rep.add(w, "lease latency, end over start", last/first, "x", "", nil)
+		rep.note("snapshot: lease latency, end over start is the held snapshot's degradation, for information; it has no target")
 	} else {
 		rep.note("snapshot: too few granting lease calls at the start or end to compare")
 	}
