@@ -37,12 +37,13 @@
 // transactions: one item at a time per worker leaves a group no more calls
 // than there are workers, and every item pays for about two commits.
 //
-// Each drain also reports, per drained item, the client's CPU (this
-// process's user and system time, where the store's Go code runs) and, on
-// PostgreSQL, the WAL bytes written (the WAL position before and after
-// the drain, divided by the items: a figure that does not move with the
-// machine) and the server's CPU (the postmaster and its children, read
-// from /proc; "not measured" when the server is not on this machine).
+// Each drain, and each run of the completions workload, also reports, per
+// item, the client's CPU (this process's user and system time, where the
+// store's Go code runs) and, on PostgreSQL, the WAL bytes written (the WAL
+// position before and after the timed part, divided by the items: a
+// figure that does not move with the machine) and the server's CPU (the
+// postmaster and its children, read from /proc; "not measured" when the
+// server is not on this machine).
 //
 // What is judged: the scale targets (lease 1 and claim 1 beside
 // -scale-max terminal records within 1.5x of beside -scale-max/100) and
@@ -300,8 +301,9 @@ Workloads (-workload, comma-separated; default all the store can run):
   memory              heap for 1,000,000 open deliveries (in memory)
   ceilings            what the server itself does (PostgreSQL; always first)
 
-Each drain also prints, per item, the client's CPU and, on PostgreSQL, the
-WAL bytes and the server's CPU (when the server is on this machine). Only
+Each drain and completions run also prints, per item, the client's CPU
+and, on PostgreSQL, the WAL bytes and the server's CPU (when the server is
+on this machine). Only
 the scale targets (within 1.5x of the smallest size) and the in-memory heap
 get PASS or FAIL; the ceilings are context, and the held snapshot's
 degradation is for information.
