@@ -48,6 +48,12 @@ var brokenSuites = map[string]func(t *testing.T){
 	"ledger-stale-token": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleTokenLedger{memstore.New()} })
 	},
+	"lead-double-take": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return doubleLeadLedger{memstore.New()} })
+	},
+	"lead-stale-renew": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleLeadLedger{memstore.New()} })
+	},
 }
 
 // TestBrokenStoreHelper is not a test on its own: TestSuiteFailsOnBrokenStores
@@ -101,6 +107,14 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
 		{mode: "ledger-stale-token", failed: ledgerStaleTokenFailures},
+		{mode: "lead-double-take", failed: []string{
+			"Leadership/HeldLeadIsWrongOwner",
+			"Leadership/TwoHoldersRacing",
+		}},
+		{mode: "lead-stale-renew", failed: []string{
+			"Leadership/StaleHolderIsRefused",
+			"Leadership/LapsedLeadIsNotRenewed",
+		}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
