@@ -37,14 +37,9 @@ func (c *config) validateLoop() error {
 		return invalid("poll interval", "must be positive")
 	case c.shutdownTimeout < 0:
 		return invalid("shutdown timeout", "must not be negative")
-	case c.clock == nil:
-		return invalid("clock", "must not be nil")
-	case c.afterFunc == nil:
-		return invalid("after func", "must not be nil")
-	case c.logger == nil:
-		return invalid("logger", "must not be nil")
-	case c.observer == nil:
-		return invalid("observer", "must not be nil")
+	}
+	if err := c.common.validate(); err != nil {
+		return err
 	}
 	return ledger.ValidateLimit("batch size", c.batchSize)
 }
