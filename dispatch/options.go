@@ -37,7 +37,7 @@ type AfterFunc func(d time.Duration, f func()) (stop func() bool)
 //     (WithHandleTimeout, WithFenceSource, WithCeremony, WithObservation,
 //     WithoutSweeper);
 //   - SweeperOption: an Option, or the Sweeper's own (WithSweepInterval,
-//     WithRetention, WithPurgeBatchSize, WithHolder).
+//     WithRetention, WithPurgeBatchSize, WithHolder, WithoutLeadership).
 //
 // NewDispatcher therefore refuses a Worker's or a Sweeper's option at
 // compile time, and NewSweeper a poll loop's. One check is left to run

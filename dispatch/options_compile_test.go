@@ -68,7 +68,7 @@ func use() {
 		{"SweeperTakesItsOwnAndTheSharedOptions", `dispatch.NewSweeper(store, store.Outbox(),
 			dispatch.WithClock(time.Now), dispatch.WithAfterFunc(nil), dispatch.WithLogger(nil), dispatch.WithObserver(nil),
 			dispatch.WithSweepInterval(time.Minute), dispatch.WithRetention(time.Hour), dispatch.WithPurgeBatchSize(10),
-			dispatch.WithHolder("h"))`, true},
+			dispatch.WithHolder("h"), dispatch.WithoutLeadership())`, true},
 		{"LoopsTakeASweeper", `dispatch.NewWorker(store, "a", nil, handler,
 			dispatch.WithSweeper(dispatch.WithRetention(time.Hour), dispatch.WithLogger(nil)), dispatch.WithoutSweeper())
 		dispatch.NewDispatcher(store.Outbox(), emitter, dispatch.WithSweeper(dispatch.WithRetention(time.Hour)))`, true},

@@ -111,6 +111,13 @@ func newSweeper(l ledger.Ledger, outbox ledger.OutboxStore, c common, holder str
 		return nil, err
 	}
 	s := &Sweeper{ledger: l, outbox: outbox, cfg: cfg}
+	electorOf := func(store any) ledger.Elector {
+		e, _ := store.(ledger.Elector)
+		if cfg.noLeads {
+			return nil
+		}
+		return e
+	}
 	if l != nil {
 		s.jobs = append(s.jobs, &sweepJob{name: SweepExpire, elector: electorOf(l), run: s.expire})
 		if cfg.retain {
@@ -132,11 +139,6 @@ func newSweeper(l ledger.Ledger, outbox ledger.OutboxStore, c common, holder str
 		return nil, invalid("sweeper", "has nothing to do: give it a ledger, or an outbox and WithRetention")
 	}
 	return s, nil
-}
-
-func electorOf(store any) ledger.Elector {
-	e, _ := store.(ledger.Elector)
-	return e
 }
 
 // Holder returns the name the Sweeper takes its leads under.

@@ -35,7 +35,7 @@ const (
 
 // SweeperOption configures a Sweeper. Every Option (WithClock,
 // WithAfterFunc, WithLogger, WithObserver) is one; so are WithSweepInterval,
-// WithRetention, WithPurgeBatchSize and WithHolder. Pass them to
+// WithRetention, WithPurgeBatchSize, WithHolder and WithoutLeadership. Pass them to
 // NewSweeper, or to WithSweeper for the Sweeper inside a Worker or a
 // Dispatcher; the poll loops' options do not compile here.
 type SweeperOption interface {
@@ -86,6 +86,15 @@ func WithHolder(name string) SweeperOption {
 	return sweeperOptionFunc(func(c *sweeperConfig) { c.holder = name })
 }
 
+// WithoutLeadership makes the Sweeper do every job at every sweep, without
+// taking leads, even over a store that keeps them: for a host that runs
+// exactly one sweeper and wants no rows written for it. Expire and the
+// purges are safe to run from several sweepers at once; with leads they
+// are only not run twice for nothing.
+func WithoutLeadership() SweeperOption {
+	return sweeperOptionFunc(func(c *sweeperConfig) { c.noLeads = true })
+}
+
 type sweeperConfig struct {
 	common
 	interval   time.Duration
@@ -93,6 +102,7 @@ type sweeperConfig struct {
 	retain     bool // WithRetention was given
 	purgeBatch int
 	holder     string
+	noLeads    bool // WithoutLeadership
 }
 
 func defaultSweeperConfig(c common, holder string) sweeperConfig {

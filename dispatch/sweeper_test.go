@@ -252,7 +252,7 @@ func TestSweeperRunSweepsAtOnceThenEveryIntervalAndGivesItsLeadUp(t *testing.T) 
 }
 
 // TestSweeperWithoutLeadsSweepsEveryTime: over a ledger that keeps no
-// leads, every sweeper does every job.
+// leads, or with WithoutLeadership, every sweeper does every job.
 func TestSweeperWithoutLeadsSweepsEveryTime(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
@@ -261,6 +261,15 @@ func TestSweeperWithoutLeadsSweepsEveryTime(t *testing.T) {
 	b := newSweeper(t, l, nil, sweeperOptions(clk, &fakeTimers{}, newCounter(), "b")...)
 	assert.Equal(t, dispatch.SweepStats{Done: 1}, sweepOnce(t, a))
 	assert.Equal(t, dispatch.SweepStats{Done: 1}, sweepOnce(t, b))
+
+	// Nor over one that does, when told so.
+	m := newLedger(clk)
+	c := newSweeper(t, m, nil, append(sweeperOptions(clk, &fakeTimers{}, newCounter(), "c"), dispatch.WithoutLeadership())...)
+	d := newSweeper(t, m, nil, append(sweeperOptions(clk, &fakeTimers{}, newCounter(), "d"), dispatch.WithoutLeadership())...)
+	assert.Equal(t, dispatch.SweepStats{Done: 1}, sweepOnce(t, c))
+	assert.Equal(t, dispatch.SweepStats{Done: 1}, sweepOnce(t, d))
+	_, err := m.GetLead(context.Background(), string(dispatch.SweepExpire))
+	require.ErrorIs(t, err, ledger.ErrNotFound, "no lead was taken")
 }
 
 // TestWorkerSweepsItsOwnLapsedWork: a Worker with nothing but its handler
