@@ -53,6 +53,33 @@ func TestNotMigratedIsASentinel(t *testing.T) {
 					return err
 				},
 				"purge": func() error { _, err := s.PurgeDeliveries(ctx, t0, 10); return err },
+				"enqueue batch": func() error {
+					_, err := s.EnqueueBatch(ctx, []ledger.EnqueueRequest{{ID: "d", Target: "t"}}, t0)
+					return err
+				},
+				"acknowledge": func() error {
+					_, err := s.Acknowledge(ctx, ledger.Lease{DeliveryID: "d", Token: "tok", Seq: 1}, "", t0)
+					return err
+				},
+				"list":    func() error { _, err := s.List(ctx, ledger.ListQuery{Limit: 10}); return err },
+				"stats":   func() error { _, err := s.Stats(ctx, ledger.StatsFilter{}, t0); return err },
+				"history": func() error { _, err := s.History(ctx, "d"); return err },
+				"outbox enqueue": func() error {
+					_, err := s.Outbox().Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: "i"})
+					return err
+				},
+				"outbox enqueue batch": func() error {
+					_, err := s.Outbox().EnqueueBatch(ctx, []ledger.Envelope{{Provider: "p", Kind: "k", IdempotencyKey: "i"}})
+					return err
+				},
+				"claim completion": func() error {
+					_, err := s.Outbox().MarkClaimDelivered(ctx, ledger.Claim{EntryID: "e", Token: "tok", Seq: 1}, ledger.EmissionResult{})
+					return err
+				},
+				"list entries": func() error {
+					_, err := s.Outbox().ListEntries(ctx, ledger.OutboxListQuery{Limit: 10})
+					return err
+				},
 			}
 			for call, f := range calls {
 				err := f()
