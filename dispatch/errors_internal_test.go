@@ -28,6 +28,7 @@ func TestEmissionErrorCodeAndMessage(t *testing.T) {
 		"permanent coded":     {Permanent(Coded("550", base)), ledger.EmissionError{Code: "550", Message: base.Error()}},
 		"empty code":          {Coded("", base), ledger.EmissionError{Code: CodeError, Message: base.Error()}},
 		"code made a name":    {Coded("5\n50", base), ledger.EmissionError{Code: "5?50", Message: base.Error()}},
+		"invisible replaced":  {Coded("4\u200b22", base), ledger.EmissionError{Code: "4?22", Message: base.Error()}},
 		"timeout wins":        {fmt.Errorf("%w (emitter returned: %w)", ErrEmitTimeout, Coded("408", base)), ledger.EmissionError{Code: CodeTimeout}},
 		"panic wins":          {&PanicError{Value: Coded("x", base)}, ledger.EmissionError{Code: CodePanic}},
 		"shutdown wins":       {fmt.Errorf("%w: %w", ErrShutdown, Coded("x", base)), ledger.EmissionError{Code: CodeShutdown}},

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/leaseledger/ledger"
@@ -260,12 +259,13 @@ func sanitizeText(s string, limit int) string {
 	return truncate(s, limit)
 }
 
-// sanitizeName makes s a valid optional name: valid UTF-8, control
-// characters replaced, at most ledger.MaxNameBytes.
+// sanitizeName makes s a valid optional name: valid UTF-8, control and
+// invisible characters (ledger.Invisible) replaced, at most
+// ledger.MaxNameBytes.
 func sanitizeName(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if ledger.Invisible(r) {
 			return '?'
 		}
 		return r

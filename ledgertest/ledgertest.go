@@ -60,6 +60,7 @@ var ledgerGroups = []struct {
 	{"Lease", testLease},
 	{"Acknowledge", testAcknowledge},
 	{"MarkProcessed", testMarkProcessed},
+	{"AcknowledgeProcessed", testAcknowledgeProcessed},
 	{"RecordActivation", testRecordActivation},
 	{"MarkFailed", testMarkFailed},
 	{"Release", testRelease},
@@ -75,6 +76,8 @@ var ledgerGroups = []struct {
 	{"History", testHistory},
 	{"Stats", testStats},
 	{"Validation", testValidation},
+	{"Bounds", testBounds},
+	{"Tokens", testTokens},
 	{"Concurrency", testConcurrency},
 	{"Races", testLedgerRaces},
 	{"Leadership", func(t *testing.T, newLedger NewLedgerFunc) {
@@ -104,6 +107,8 @@ var claimGroups = []struct {
 	{"History", testEntryHistory},
 	{"Stats", testOutboxStats},
 	{"Validation", testOutboxValidation},
+	{"Bounds", testClaimBounds},
+	{"Tokens", testClaimTokens},
 	{"Concurrency", testClaimConcurrency},
 	{"Races", testClaimRaces},
 	{"Leadership", func(t *testing.T, newStore NewClaimStoreFunc) {

@@ -34,7 +34,13 @@ var brokenSuites = map[string]func(t *testing.T){
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetAttemptOutbox{memstore.NewOutbox()} })
 	},
 	"claim-stale-token": func(t *testing.T) {
-		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return staleTokenOutbox{memstore.NewOutbox()} })
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return newStaleTokenOutbox() })
+	},
+	"claim-leaky-token": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return leakyTokenOutbox{newStaleTokenOutbox()} })
+	},
+	"claim-lenient-save": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return lenientSaveOutbox{memstore.NewOutbox()} })
 	},
 	"ledger-intact": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return memstore.New() })
@@ -46,7 +52,10 @@ var brokenSuites = map[string]func(t *testing.T){
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return forgetAttemptLedger{memstore.New()} })
 	},
 	"ledger-stale-token": func(t *testing.T) {
-		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleTokenLedger{memstore.New()} })
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return newStaleTokenLedger() })
+	},
+	"ledger-leaky-token": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return leakyTokenLedger{newStaleTokenLedger()} })
 	},
 	"lead-double-take": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return doubleLeadLedger{memstore.New()} })
@@ -103,6 +112,14 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"ClaimCompletions/ReleaseClaim/WrongSeqIsLeaseLost",
 			"ClaimCompletions/SaveClaimDeferred/StaleClaimIsLeaseLost",
 		}},
+		{mode: "claim-leaky-token", failed: []string{
+			"Tokens/OnlyTheWorkersClaimCarriesTheToken",
+			"Tokens/ClaimRebuiltFromAnEntryCannotAct",
+		}},
+		{mode: "claim-lenient-save", failed: []string{
+			"Bounds/AttemptsPastMaxCountAreInvalid",
+			"Validation/Save/AttemptsPastMaxCount",
+		}},
 		{mode: "ledger-intact"},
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
@@ -114,6 +131,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "lead-stale-renew", failed: []string{
 			"Leadership/StaleHolderIsRefused",
 			"Leadership/LapsedLeadIsNotRenewed",
+		}},
+		{mode: "ledger-leaky-token", failed: []string{
+			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",
+			"Tokens/LeaseRebuiltFromARecordCannotAct",
 		}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
