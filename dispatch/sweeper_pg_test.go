@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -168,4 +169,62 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(t.Context(), waitLimit)
 	t.Cleanup(cancel)
 	return c
+}
+
+// TestPgReadyTellsADeadDatabaseFromAnIdleQueue: over a migrated pgstore,
+// Ready is nil for every loop whether or not there is work; when the
+// database cannot be reached (the pool closed under the loops, or a
+// server that is not there) it is an error matching ErrNotReady, never
+// taken for a missing schema.
+func TestPgReadyTellsADeadDatabaseFromAnIdleQueue(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	migrated := newPgStore(t, clk)
+	loops := func(pool *pgxpool.Pool) map[string]func(context.Context) error {
+		store, err := pgstore.New(pool, pgstore.WithSchema(migrated.Schema()), pgstore.WithClock(clk.Now), pgstore.WithoutSkewCheck())
+		require.NoError(t, err)
+		w := newWorker(t, store, "agent", answer(newHandlerCalls(), dispatch.Decision{}, nil), workerOptions(clk, &fakeTimers{}, newCounter())...)
+		d, err := dispatch.NewDispatcher(store.Outbox(), dispatch.EmitterFunc(
+			func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
+				return ledger.EmissionResult{}, nil
+			}),
+			baseOptions(clk, &fakeTimers{}, newCounter())...)
+		require.NoError(t, err)
+		s := newSweeper(t, store, nil, sweeperOptions(clk, &fakeTimers{}, newCounter(), "sweeper")...)
+		return map[string]func(context.Context) error{"worker": w.Ready, "dispatcher": d.Ready, "sweeper": s.Ready}
+	}
+
+	pool := pgtest.Pool(t)
+	live := loops(pool)
+	for name, ready := range live {
+		require.NoError(t, ready(ctx(t)), "%s: an idle queue is ready", name)
+	}
+	offer(t, migrated, clk, "host", 1)
+	enqueue(t, migrated.Outbox(), "e", 1)
+	for name, ready := range live {
+		require.NoError(t, ready(ctx(t)), "%s: a queue with work is ready", name)
+	}
+
+	// The database goes away under the loops.
+	pool.Close()
+	for name, ready := range live {
+		err := ready(ctx(t))
+		require.ErrorIs(t, err, dispatch.ErrNotReady, name)
+		assert.NotErrorIs(t, err, pgstore.ErrNotMigrated, name)
+	}
+
+	// A server that is not there at all: nothing listens on port 1.
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", 1
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.ConnConfig.Fallbacks = nil
+	gone, err := pgxpool.NewWithConfig(ctx(t), cfg)
+	require.NoError(t, err, "a pool connects lazily")
+	t.Cleanup(gone.Close)
+	for name, ready := range loops(gone) {
+		err := ready(ctx(t))
+		require.ErrorIs(t, err, dispatch.ErrNotReady, name)
+		assert.NotErrorIs(t, err, pgstore.ErrNotMigrated, name)
+	}
 }
