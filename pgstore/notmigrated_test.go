@@ -76,6 +76,12 @@ func TestNotMigratedIsASentinel(t *testing.T) {
 					_, err := s.Outbox().MarkClaimDelivered(ctx, ledger.Claim{EntryID: "e", Token: "tok", Seq: 1}, ledger.EmissionResult{})
 					return err
 				},
+				"complete claims": func() error {
+					_, err := s.Outbox().CompleteClaims(ctx, []ledger.ClaimCompletion{
+						{Claim: ledger.Claim{EntryID: "e", Token: "tok", Seq: 1}, Op: ledger.OpMarkDelivered},
+					})
+					return err
+				},
 				"list entries": func() error {
 					_, err := s.Outbox().ListEntries(ctx, ledger.OutboxListQuery{Limit: 10})
 					return err
