@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
 )
@@ -50,11 +51,17 @@ func TestErrorBackoffGrowsWithJitterAndStaysBounded(t *testing.T) {
 	const base, limit = time.Second, 30 * time.Second
 	step := base
 	for n := 1; n <= 40; n++ {
+		seen := map[time.Duration]bool{}
 		for range 50 {
 			d := errorBackoff(n, base, limit)
 			assert.GreaterOrEqual(t, d, step/2, "failure %d", n)
 			assert.LessOrEqual(t, d, step, "failure %d", n)
+			seen[d] = true
 		}
+		// Loops that failed together must not retry together: fifty
+		// draws from half a second or more of nanoseconds all alike
+		// would mean no jitter.
+		assert.Greater(t, len(seen), 1, "failure %d: the wait is jittered", n)
 		step = min(2*step, limit)
 	}
 	assert.Equal(t, time.Duration(1), errorBackoff(3, 1, 1), "a wait too short to split is kept whole")
@@ -68,4 +75,29 @@ func TestErrorBackoffGrowsWithJitterAndStaysBounded(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 4, 8, 16, 32, 64}, logged)
 	assert.NoError(t, (&health{}).ready(context.Background(), func(context.Context) error { return ledger.ErrNotFound }),
 		"a probe that finds nothing is a store that answers")
+}
+
+// TestSweepWaitHasJitter: a Sweeper waits its interval plus up to a tenth,
+// drawn anew every time, so that sweepers started together do not
+// contend for their leads in step.
+func TestSweepWaitHasJitter(t *testing.T) {
+	var waits []time.Duration
+	c := defaultCommon()
+	c.afterFunc = func(d time.Duration, f func()) func() bool {
+		waits = append(waits, d)
+		f()
+		return func() bool { return false }
+	}
+	s := &Sweeper{cfg: defaultSweeperConfig(c, "h")}
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		require.True(t, s.waitInterval(context.Background()))
+	}
+	require.Len(t, waits, 50)
+	for _, d := range waits {
+		assert.GreaterOrEqual(t, d, DefaultSweepInterval)
+		assert.Less(t, d, DefaultSweepInterval+DefaultSweepInterval/10)
+		seen[d] = true
+	}
+	assert.Greater(t, len(seen), 1, "the wait is jittered")
 }
