@@ -136,6 +136,15 @@ func TestPgTwoSweepersOneLeaderAtATime(t *testing.T) {
 	}
 }
 
+// TestPgWorkerSweepsItsOwnLapsedWork: on PostgreSQL too, a Worker with
+// nothing but its handler ends the delivery whose fence was rejected and
+// the one whose holder died on its last attempt.
+func TestPgWorkerSweepsItsOwnLapsedWork(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	workerSweepsItsOwnLapsedWork(t, clk, newPgStore(t, clk))
+}
+
 // TestPgLoopsStopOnAnUnmigratedSchema: on a schema that was never
 // migrated, Run returns pgstore.ErrNotMigrated at once instead of logging
 // "relation does not exist" every poll, and Ready says the same.

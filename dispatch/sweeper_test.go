@@ -278,7 +278,16 @@ func TestSweeperWithoutLeadsSweepsEveryTime(t *testing.T) {
 func TestWorkerSweepsItsOwnLapsedWork(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	l := newLedger(clk)
+	workerSweepsItsOwnLapsedWork(t, clk, newLedger(clk))
+}
+
+// electingLedger is a ledger that keeps sweepers' leads, as both stores do.
+type electingLedger interface {
+	ledger.Ledger
+	ledger.Elector
+}
+
+func workerSweepsItsOwnLapsedWork(t *testing.T, clk *testClock, l electingLedger) {
 	ctx := context.Background()
 	// A newer integrator epoch already wrote for the target: the Worker's
 	// fence is rejected and its delivery stays acknowledged.
