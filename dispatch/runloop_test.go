@@ -135,52 +135,75 @@ func anyTimer(time.Duration) bool { return true }
 // TestRunBacksOffWhileTheStoreIsDown: cycles that fail wait longer and
 // longer (doubling from the poll interval to MaxErrorBackoff, with
 // jitter), are logged once per doubling of the count, and Ready says the
-// loop is not ready until a cycle works again.
+// loop is not ready until a cycle works again; for both loops.
 func TestRunBacksOffWhileTheStoreIsDown(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
-	down := &switchable{}
-	l := brokenLedger{Ledger: newLedger(clk), down: down}
-	timers := &fakeTimers{}
-	obs := newCounter()
-	logs := &logRecorder{}
-	w := newWorker(t, l, "agent", answer(newHandlerCalls(), dispatch.Decision{}, nil),
-		dispatch.WithClock(clk.Now), dispatch.WithAfterFunc(timers.AfterFunc), dispatch.WithObserver(obs),
-		dispatch.WithLogger(slog.New(logs)), dispatch.WithoutSweeper(),
-		dispatch.WithPollInterval(time.Second), dispatch.WithoutPollJitter())
-	require.NoError(t, w.Ready(context.Background()), "an idle worker over a working store is ready")
-	down.set(errDown)
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- w.Run(ctx) }()
-
-	step := time.Second
-	for n := 1; n <= 8; n++ {
-		var waits []time.Duration
-		require.Eventually(t, func() bool {
-			waits = timers.ActiveWhere(anyTimer)
-			return len(waits) == 1
-		}, waitLimit, time.Millisecond)
-		assert.GreaterOrEqual(t, waits[0], step/2, "failure %d", n)
-		assert.LessOrEqual(t, waits[0], step, "failure %d", n)
-		err := w.Ready(context.Background())
-		require.ErrorIs(t, err, dispatch.ErrNotReady)
-		require.ErrorIs(t, err, errDown)
-		require.Equal(t, 1, timers.FireWhere(anyTimer))
-		step = min(2*step, dispatch.MaxErrorBackoff)
+	type loop struct{ run, ready func(context.Context) error }
+	build := map[string]func(clk *testClock, down *switchable, opts []dispatch.DispatcherOption) loop{
+		"worker": func(clk *testClock, down *switchable, opts []dispatch.DispatcherOption) loop {
+			wopts := []dispatch.WorkerOption{dispatch.WithoutSweeper()}
+			for _, o := range opts {
+				wopts = append(wopts, o)
+			}
+			w := newWorker(t, brokenLedger{Ledger: newLedger(clk), down: down}, "agent", answer(newHandlerCalls(), dispatch.Decision{}, nil), wopts...)
+			return loop{w.Run, w.Ready}
+		},
+		"dispatcher": func(clk *testClock, down *switchable, opts []dispatch.DispatcherOption) loop {
+			d, err := dispatch.NewDispatcher(brokenOutbox{ClaimStore: newOutbox(clk), down: down}, dispatch.EmitterFunc(
+				func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
+					return ledger.EmissionResult{}, nil
+				}), opts...)
+			require.NoError(t, err)
+			return loop{d.Run, d.Ready}
+		},
 	}
-	require.Eventually(t, func() bool { return obs.Count(dispatch.EventStoreError) == 9 }, waitLimit, time.Millisecond)
-	assert.Equal(t, 4, logs.count(msgBackingOff), "failures 1, 2, 4 and 8 are logged")
+	for name, mk := range build {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			down := &switchable{}
+			timers := &fakeTimers{}
+			obs := newCounter()
+			logs := &logRecorder{}
+			l := mk(clk, down, []dispatch.DispatcherOption{
+				dispatch.WithClock(clk.Now), dispatch.WithAfterFunc(timers.AfterFunc), dispatch.WithObserver(obs),
+				dispatch.WithLogger(slog.New(logs)), dispatch.WithPollInterval(time.Second), dispatch.WithoutPollJitter(),
+			})
+			require.NoError(t, l.ready(context.Background()), "an idle loop over a working store is ready")
+			down.set(errDown)
+			ctx, cancel := context.WithCancel(context.Background())
+			runErr := make(chan error, 1)
+			go func() { runErr <- l.run(ctx) }()
 
-	down.set(nil)
-	require.Eventually(t, func() bool { return timers.FireWhere(anyTimer) == 1 }, waitLimit, time.Millisecond)
-	require.Eventually(t, func() bool { return timers.Active(time.Second) == 1 }, waitLimit, time.Millisecond,
-		"back to the poll interval")
-	assert.Equal(t, 1, logs.count(msgWorksAgain))
-	require.NoError(t, w.Ready(context.Background()))
+			step := time.Second
+			for n := 1; n <= 8; n++ {
+				var waits []time.Duration
+				require.Eventually(t, func() bool {
+					waits = timers.ActiveWhere(anyTimer)
+					return len(waits) == 1
+				}, waitLimit, time.Millisecond)
+				assert.GreaterOrEqual(t, waits[0], step/2, "failure %d", n)
+				assert.LessOrEqual(t, waits[0], step, "failure %d", n)
+				err := l.ready(context.Background())
+				require.ErrorIs(t, err, dispatch.ErrNotReady)
+				require.ErrorIs(t, err, errDown)
+				require.Equal(t, 1, timers.FireWhere(anyTimer))
+				step = min(2*step, dispatch.MaxErrorBackoff)
+			}
+			require.Eventually(t, func() bool { return obs.Count(dispatch.EventStoreError) == 9 }, waitLimit, time.Millisecond)
+			assert.Equal(t, 4, logs.count(msgBackingOff), "failures 1, 2, 4 and 8 are logged")
 
-	cancel()
-	require.NoError(t, receive(t, runErr, "Run"))
+			down.set(nil)
+			require.Eventually(t, func() bool { return timers.FireWhere(anyTimer) == 1 }, waitLimit, time.Millisecond)
+			require.Eventually(t, func() bool { return timers.Active(time.Second) == 1 }, waitLimit, time.Millisecond,
+				"back to the poll interval")
+			assert.Equal(t, 1, logs.count(msgWorksAgain))
+			require.NoError(t, l.ready(context.Background()))
+
+			cancel()
+			require.NoError(t, receive(t, runErr, "Run"))
+		})
+	}
 }
 
 // TestRunStopsOnAStoreThatCannotWork: an error matching
