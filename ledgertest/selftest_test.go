@@ -57,6 +57,12 @@ var brokenSuites = map[string]func(t *testing.T){
 	"ledger-leaky-token": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return leakyTokenLedger{newStaleTokenLedger()} })
 	},
+	"lead-double-take": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return doubleLeadLedger{memstore.New()} })
+	},
+	"lead-stale-renew": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleLeadLedger{memstore.New()} })
+	},
 }
 
 // TestBrokenStoreHelper is not a test on its own: TestSuiteFailsOnBrokenStores
@@ -118,6 +124,14 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
 		{mode: "ledger-stale-token", failed: ledgerStaleTokenFailures},
+		{mode: "lead-double-take", failed: []string{
+			"Leadership/HeldLeadIsWrongOwner",
+			"Leadership/TwoHoldersRacing",
+		}},
+		{mode: "lead-stale-renew", failed: []string{
+			"Leadership/StaleHolderIsRefused",
+			"Leadership/LapsedLeadIsNotRenewed",
+		}},
 		{mode: "ledger-leaky-token", failed: []string{
 			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",
 			"Tokens/LeaseRebuiltFromARecordCannotAct",
