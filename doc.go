@@ -28,7 +28,15 @@
 // Applied method that says whether this call applied the durable
 // transition. An error means the call was malformed (ErrInvalid, as an
 // *InvalidError naming the field; nothing was written) or the store failed
-// (connection lost, context cancelled).
+// (connection lost, context cancelled); ErrUnusable marks a store that
+// cannot work at all until its set-up changes (a schema never migrated).
+//
+// # Leads
+//
+// Some work must be done by one process at a time, though any may do it:
+// the sweeps of package dispatch. A store that is an Elector keeps named
+// leadership leases (Lead) for it, taken, renewed and given up with
+// outcomes, time passed in, as row state like every lease here.
 //
 // # Time
 //

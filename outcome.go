@@ -141,6 +141,12 @@ var (
 	// Version) or a base outbox completion hit an entry that already ended
 	// differently.
 	ErrConflict = errors.New("ledger: conflict")
+	// ErrUnusable: the store cannot serve any call until someone changes
+	// its set-up, for example a PostgreSQL schema that was never migrated
+	// (pgstore.ErrNotMigrated matches it too). Retrying cannot help, so
+	// the loops of package dispatch stop and return it instead of trying
+	// again.
+	ErrUnusable = errors.New("ledger: store unusable")
 )
 
 // InvalidError says which field of a call was malformed and why. It matches

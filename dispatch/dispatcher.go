@@ -59,12 +59,15 @@ type Dispatcher struct {
 	store   ledger.ClaimStore
 	emitter Emitter
 	cfg     config
+	sweeper *Sweeper // run beside Run's loop (WithSweeper); nil without
+	health  health   // what Run knows of the store, for Ready
 }
 
 // NewDispatcher returns a Dispatcher over store that emits with emitter.
 // It fails with an error matching ledger.ErrInvalid when store or emitter
 // is nil or an option is malformed, notably when the emit timeout is not
-// shorter than the claim lease.
+// shorter than the claim lease, or when WithSweeper is given without
+// WithRetention (the outbox has nothing else to sweep).
 func NewDispatcher(store ledger.ClaimStore, emitter Emitter, opts ...DispatcherOption) (*Dispatcher, error) {
 	if store == nil {
 		return nil, invalid("store", "must not be nil")
@@ -75,46 +78,27 @@ func NewDispatcher(store ledger.ClaimStore, emitter Emitter, opts ...DispatcherO
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if o != nil {
-			o(&cfg)
+			o.applyDispatcher(&cfg)
 		}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{store: store, emitter: emitter, cfg: cfg}, nil
+	d := &Dispatcher{store: store, emitter: emitter, cfg: cfg}
+	if cfg.sweep {
+		// The outbox alone has nothing to expire: without retention
+		// NewSweeper says the sweeper has nothing to do.
+		sw, err := newSweeper(nil, store, cfg.common, cfg.worker, cfg.sweeper)
+		if err != nil {
+			return nil, err
+		}
+		d.sweeper = sw
+	}
+	return d, nil
 }
 
 // Worker returns the worker name the dispatcher claims under.
 func (d *Dispatcher) Worker() string { return d.cfg.worker }
-
-// Run polls until ctx is cancelled: a poll cycle (RunOnce), then, unless
-// the cycle claimed a full batch, a wait of the poll interval. When ctx is
-// cancelled Run stops claiming, lets the emissions in flight finish within
-// the shutdown timeout, releases the claims it had not started, and
-// returns nil. Errors of a cycle are logged and observed, not returned:
-// the next cycle tries again.
-func (d *Dispatcher) Run(ctx context.Context) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
-		return err
-	}
-	for {
-		st, err := d.RunOnce(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: poll cycle failed",
-				slog.String("worker", d.cfg.worker), slog.Any("error", err))
-		}
-		if st.Claimed >= d.cfg.batchSize && err == nil {
-			// A full batch suggests more is due: poll again at once.
-			continue
-		}
-		if !d.cfg.waitPoll(ctx) {
-			return nil
-		}
-	}
-}
 
 // RunOnce runs one poll cycle: it claims up to the batch size of due
 // entries (retry-ready ones first, since they are older work, then
@@ -170,9 +154,9 @@ func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry
 		}
 	}
 	if err != nil {
+		// Observed here, logged by Run (once per doubling of the failures
+		// in a row, not once per poll).
 		c.record(ctx, Event{Kind: EventStoreError, Err: err})
-		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim failed",
-			slog.String("worker", d.cfg.worker), slog.Any("error", err))
 	}
 	for _, ce := range claimed {
 		c.record(ctx, Event{Kind: EventClaimed, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts})

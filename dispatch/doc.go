@@ -1,10 +1,11 @@
-// Package dispatch runs the two loops that drive a ledger: the Dispatcher
+// Package dispatch runs the loops that drive a ledger: the Dispatcher
 // drives an outbox claim store (claim due entries, emit each to its
 // provider, record what happened under the claim), and the Worker drives
 // a host agent's deliveries (lease them, hand each to a Handler, record the
 // answer under the lease). These loops are where hand-written outboxes and
 // agents lose or duplicate work; this package is one careful copy of each.
-// Both share their poll wait, shutdown, timers and observing.
+// Both share their poll wait, shutdown, timers and observing. The Sweeper
+// runs the maintenance a ledger needs besides: Expire and retention.
 //
 // # The model
 //
@@ -132,6 +133,41 @@
 // cancelling them (ErrShutdown), and records their answers with a context
 // detached from the cancelled one.
 //
+// # The Sweeper
+//
+// Some records end only by a sweep: an acknowledgement past its deadline
+// (Expired), an expired lease whose attempts are used up (Failed). A
+// Sweeper (NewSweeper, or WithSweeper inside a Worker or a Dispatcher)
+// runs Expire at an interval with jitter and, with WithRetention, deletes
+// what ended long ago, in bounded batches. Any number of processes may
+// run one: over a store that is a ledger.Elector each job is done by the
+// one sweeper that holds its lead, a named lease kept as row state (no
+// session or advisory lock, so it works behind PgBouncer in transaction
+// pooling mode), renewed at every sweep, given up when the sweeper stops
+// and taken over by another within three intervals when its holder dies.
+// A Worker runs one by default (WithoutSweeper turns it off).
+//
+// # When the store is broken
+//
+// Run tells a store that fails for a while from one that cannot work at
+// all. A cycle whose store calls fail is observed (EventStoreError) and
+// retried after a backoff that doubles from the poll interval up to
+// MaxErrorBackoff, with jitter, logged once and then once per doubling of
+// the failures in a row. An error matching ledger.ErrUnusable (for
+// example pgstore.ErrNotMigrated: a schema that was never migrated) stops
+// Run, which returns it. Ready, on every loop, is what a host's readiness
+// check calls: nil when the store answers, whether or not there is work;
+// an error matching ErrNotReady otherwise.
+//
+// # Options
+//
+// Each loop takes only the options that mean something to it, and the
+// compiler checks it: the Sweeper's options and the Worker's own do not
+// compile with NewDispatcher, the poll loops' do not compile with
+// NewSweeper. Every DispatcherOption is also a WorkerOption, so that one
+// list serves both loops; the three that mean nothing to a Worker
+// (WithWorker, WithEmitTimeout, WithPolicy) make NewWorker fail instead.
+//
 // # Observing
 //
 // Every outcome is reported to the Observer (a no-op by default) as an
@@ -146,5 +182,7 @@
 // given WithClock and WithAfterFunc: tests drive RunOnce directly, move
 // the clock forward to make retries due or claims and leases expire, and
 // fire the fake timers (emit or handle timeout, renewal, shutdown
-// deadline, poll interval) when they choose.
+// deadline, poll interval, sweep interval, error backoff) when they
+// choose. The one exception is the bounded wait for a stopping Sweeper to
+// give its leads up.
 package dispatch

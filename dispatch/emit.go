@@ -180,11 +180,13 @@ func (b *completionBatch) apply(ctx context.Context, batch []doneEmission) {
 }
 
 // emissionError turns an emitter error into what the store records. The
-// code says where the failure came from; the message is made acceptable
+// code says where the failure came from: the emitter's own (Coded) unless
+// the dispatcher itself ended the emission; the message is made acceptable
 // to the store (valid UTF-8, no NUL, at most ledger.MaxTextBytes), since a
 // rejected completion would leave the claim stranded until it expires.
 func emissionError(err error) ledger.EmissionError {
 	code := CodeError
+	var coded *CodedError
 	switch {
 	case errors.Is(err, ErrPanic):
 		code = CodePanic
@@ -194,6 +196,8 @@ func emissionError(err error) ledger.EmissionError {
 		code = CodeShutdown
 	case errors.Is(err, ErrClaimLost):
 		code = CodeClaimLost
+	case errors.As(err, &coded) && sanitizeName(coded.Code) != "":
+		code = sanitizeName(coded.Code)
 	case errors.Is(err, ErrPermanent):
 		code = CodePermanent
 	}

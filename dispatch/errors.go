@@ -34,6 +34,9 @@ var (
 	// because renewing its lease showed that the lease is no longer this
 	// worker's: another worker may be handling the same delivery.
 	ErrLeaseLost = errors.New("dispatch: lease lost")
+	// ErrNotReady matches every error of the loops' Ready methods; the
+	// cause is wrapped beside it.
+	ErrNotReady = errors.New("dispatch: not ready")
 )
 
 // PermanentError marks an emitter error as permanent: the entry is
@@ -52,12 +55,15 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
-// Error returns the wrapped error's message.
+// Error returns the wrapped error's message, unchanged: what makes the
+// failure permanent is recorded apart (ledger.EmissionError.Code
+// CodePermanent, ledger.FailureReason.Permanent), so the message says
+// only what went wrong.
 func (e *PermanentError) Error() string {
 	if e.Err == nil {
 		return ErrPermanent.Error()
 	}
-	return "permanent: " + e.Err.Error()
+	return e.Err.Error()
 }
 
 // Unwrap returns the wrapped error.
@@ -102,8 +108,42 @@ func (e *PanicError) Error() string { return fmt.Sprintf("dispatch: panic: %v", 
 // Is makes errors.Is(err, ErrPanic) true.
 func (e *PanicError) Is(target error) bool { return target == ErrPanic }
 
+// CodedError carries the code an emitter wants recorded in
+// ledger.EmissionError.Code, typically the provider's own ("422",
+// "mailbox_full"). Create one with Coded; it may wrap, or be wrapped by,
+// Permanent.
+type CodedError struct {
+	Code string
+	Err  error
+}
+
+// Coded wraps err so that the dispatcher records code as the failure's
+// EmissionError.Code instead of CodeError or CodePermanent. The code is
+// cut to a valid ledger name (control characters replaced, at most
+// ledger.MaxNameBytes); an empty code changes nothing. The codes of
+// failures the dispatcher causes itself (CodePanic, CodeTimeout,
+// CodeShutdown, CodeClaimLost) win over it, since they say what really
+// ended the emission. Coded(code, nil) is nil.
+func Coded(code string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &CodedError{Code: code, Err: err}
+}
+
+// Error returns the wrapped error's message; the code is recorded apart.
+func (e *CodedError) Error() string {
+	if e.Err == nil {
+		return "dispatch: emission failed with code " + e.Code
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *CodedError) Unwrap() error { return e.Err }
+
 // Codes the dispatcher records in ledger.EmissionError.Code, saying where
-// a failure came from.
+// a failure came from, unless the emitter gave its own (Coded).
 const (
 	CodeError     = "error"      // the emitter returned an error
 	CodePermanent = "permanent"  // the emitter returned a Permanent error

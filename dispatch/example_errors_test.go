@@ -55,10 +55,37 @@ func ExamplePermanent() {
 		return
 	}
 	fmt.Println(e.Status, "after", e.Attempts, "attempt:", e.DeadLetterReason)
-	fmt.Println("last error:", e.LastError.Message)
+	fmt.Printf("last error: code %q, message %q\n", e.LastError.Code, e.LastError.Message)
 	// Output:
 	// dead_lettered after 1 attempt: permanent error
-	// last error: permanent: 550 no such mailbox
+	// last error: code "permanent", message "550 no such mailbox"
+}
+
+// Coded records the provider's own error code instead of the dispatcher's
+// "error" or "permanent"; it combines with Permanent either way round.
+func ExampleCoded() {
+	ctx := context.Background()
+	store := memstore.NewOutbox()
+	res, err := store.Enqueue(ctx, ledger.Envelope{Provider: "mail", Kind: "welcome", IdempotencyKey: "user-8/welcome"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	oneCycle(store, dispatch.EmitterFunc(func(ctx context.Context, e ledger.OutboxEntry) (ledger.EmissionResult, error) {
+		// The provider answered 550 5.1.1: no retry can change that.
+		return ledger.EmissionResult{}, dispatch.Permanent(dispatch.Coded("550", errBadAddress))
+	}))
+
+	e, err := store.FindByID(ctx, res.Entry.ID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(e.Status, e.DeadLetterReason)
+	fmt.Printf("last error: code %q, message %q\n", e.LastError.Code, e.LastError.Message)
+	// Output:
+	// dead_lettered permanent error
+	// last error: code "550", message "550 no such mailbox"
 }
 
 // Defer saves the entry as Deferred until the time the provider asked for

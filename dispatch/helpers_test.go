@@ -86,6 +86,38 @@ func (ft *fakeTimers) Fire(d time.Duration) int {
 	return len(due)
 }
 
+// FireWhere runs every active timer whose duration matches, in the
+// caller's goroutine, and returns how many it ran: for timers with jitter,
+// whose exact duration a test cannot know.
+func (ft *fakeTimers) FireWhere(match func(time.Duration) bool) int {
+	ft.mu.Lock()
+	var due []*fakeTimer
+	for _, t := range ft.timers {
+		if t.active && match(t.d) {
+			t.active = false
+			due = append(due, t)
+		}
+	}
+	ft.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
+	return len(due)
+}
+
+// ActiveWhere returns the durations of the active timers that match.
+func (ft *fakeTimers) ActiveWhere(match func(time.Duration) bool) []time.Duration {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	var ds []time.Duration
+	for _, t := range ft.timers {
+		if t.active && match(t.d) {
+			ds = append(ds, t.d)
+		}
+	}
+	return ds
+}
+
 // Active counts the active timers of duration d.
 func (ft *fakeTimers) Active(d time.Duration) int {
 	ft.mu.Lock()

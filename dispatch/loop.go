@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/leaseledger/ledger"
@@ -37,14 +36,9 @@ func (c *config) validateLoop() error {
 		return invalid("poll interval", "must be positive")
 	case c.shutdownTimeout < 0:
 		return invalid("shutdown timeout", "must not be negative")
-	case c.clock == nil:
-		return invalid("clock", "must not be nil")
-	case c.afterFunc == nil:
-		return invalid("after func", "must not be nil")
-	case c.logger == nil:
-		return invalid("logger", "must not be nil")
-	case c.observer == nil:
-		return invalid("observer", "must not be nil")
+	}
+	if err := c.common.validate(); err != nil {
+		return err
 	}
 	return ledger.ValidateLimit("batch size", c.batchSize)
 }
@@ -265,12 +259,13 @@ func sanitizeText(s string, limit int) string {
 	return truncate(s, limit)
 }
 
-// sanitizeName makes s a valid optional name: valid UTF-8, control
-// characters replaced, at most ledger.MaxNameBytes.
+// sanitizeName makes s a valid optional name: valid UTF-8, control and
+// invisible characters (ledger.Invisible) replaced, at most
+// ledger.MaxNameBytes.
 func sanitizeName(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if ledger.Invisible(r) {
 			return '?'
 		}
 		return r

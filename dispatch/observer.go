@@ -61,11 +61,32 @@ const (
 	EventFenceRejected EventKind = "fence_rejected"
 )
 
+// Event kinds of a Sweeper (NewSweeper, or the one inside a Worker or a
+// Dispatcher). They carry the SweepJob in Job and no EntryID.
+const (
+	// EventSwept: the sweeper did one job of a sweep; Count is how many
+	// records it changed (expire) or deleted (purges), Duration how long
+	// it took. A sweep that finds nothing to do reports a Count of zero.
+	EventSwept EventKind = "swept"
+	// EventSweepFailed: a job of a sweep, or the lead call before it,
+	// failed (Err); the next sweep tries again.
+	EventSweepFailed EventKind = "sweep_failed"
+	// EventLeadTaken: the sweeper took the lead of a job: of the sweepers
+	// over one store, it now does that job.
+	EventLeadTaken EventKind = "lead_taken"
+	// EventLeadLost: the sweeper's lead of a job was taken over by
+	// another (Outcome: lease_lost) or ran out before it renewed it
+	// (lease_expired), or the sweeper gave it up as it stopped (applied).
+	EventLeadLost EventKind = "lead_lost"
+)
+
 // Event is one observation. EntryID is empty for cycle-level events (a
-// failed claim call). Outcome is the store's outcome (a ledger.Outcome as
-// text) when there is one. Err is the emitter's error for Retried and
-// DeadLettered, the store's for StoreError. Duration is how long the
-// emission took, for events that follow one.
+// failed claim call) and for a Sweeper's. Outcome is the store's outcome
+// (a ledger.Outcome as text) when there is one. Err is the emitter's
+// error for Retried and DeadLettered, the store's for StoreError and
+// SweepFailed. Duration is how long the emission (or the sweep job)
+// took, for events that follow one. Job and Count are set on a Sweeper's
+// events only.
 type Event struct {
 	Kind     EventKind
 	EntryID  string
@@ -73,6 +94,8 @@ type Event struct {
 	Outcome  string
 	Err      error
 	Duration time.Duration
+	Job      SweepJob
+	Count    int
 }
 
 // Observer receives an Event for everything the dispatcher does to an

@@ -24,10 +24,92 @@ const (
 // time.AfterFunc is the default; tests pass a fake that fires on demand.
 type AfterFunc func(d time.Duration, f func()) (stop func() bool)
 
-// DispatcherOption configures a Dispatcher.
-type DispatcherOption func(*config)
+// Options. Each loop takes only the options that mean something to it,
+// and the compiler checks it:
+//
+//   - Option: the options every loop takes, the Sweeper included
+//     (WithClock, WithAfterFunc, WithLogger, WithObserver);
+//   - DispatcherOption: an Option, or one of the poll loops' settings
+//     (WithLeaseDuration, WithBatchSize, WithConcurrency, WithPollInterval,
+//     WithoutPollJitter, WithWake, WithShutdownTimeout, WithSweeper), or one
+//     of the Dispatcher's own (WithWorker, WithEmitTimeout, WithPolicy);
+//   - WorkerOption: every DispatcherOption, and the Worker's own
+//     (WithHandleTimeout, WithFenceSource, WithCeremony, WithObservation,
+//     WithoutSweeper);
+//   - SweeperOption: an Option, or the Sweeper's own (WithSweepInterval,
+//     WithRetention, WithPurgeBatchSize, WithHolder, WithoutLeadership).
+//
+// NewDispatcher therefore refuses a Worker's or a Sweeper's option at
+// compile time, and NewSweeper a poll loop's. One check is left to run
+// time: every DispatcherOption is a WorkerOption (so that a list of
+// options can be built once for both loops), and NewWorker fails with
+// ledger.ErrInvalid on the three that mean nothing to a Worker
+// (WithWorker, WithEmitTimeout, WithPolicy).
+
+// DispatcherOption configures a Dispatcher. Every DispatcherOption is also
+// a WorkerOption (see WorkerOption for the three a Worker refuses).
+type DispatcherOption interface {
+	WorkerOption
+	applyDispatcher(*config)
+}
+
+// Option configures any loop of the package: a Dispatcher, a Worker or a
+// Sweeper.
+type Option interface {
+	DispatcherOption
+	SweeperOption
+}
+
+// loopOption is a DispatcherOption: a setting of the config both poll
+// loops share.
+type loopOption func(*config)
+
+func (o loopOption) applyDispatcher(c *config)   { o(c) }
+func (o loopOption) applyWorker(c *workerConfig) { o(&c.config) }
+
+// commonOption is an Option: a setting every loop has.
+type commonOption func(*common)
+
+func (o commonOption) applyDispatcher(c *config)     { o(&c.common) }
+func (o commonOption) applyWorker(c *workerConfig)   { o(&c.config.common) }
+func (o commonOption) applySweeper(c *sweeperConfig) { o(&c.common) }
+
+// common is what every loop, the Sweeper included, is configured with.
+type common struct {
+	clock     func() time.Time
+	afterFunc AfterFunc
+	logger    *slog.Logger
+	observer  Observer
+}
+
+func defaultCommon() common {
+	return common{
+		clock: time.Now,
+		afterFunc: func(d time.Duration, f func()) func() bool {
+			return time.AfterFunc(d, f).Stop
+		},
+		logger:   slog.Default(),
+		observer: nopObserver{},
+	}
+}
+
+// validate reports the first malformed shared setting.
+func (c *common) validate() error {
+	switch {
+	case c.clock == nil:
+		return invalid("clock", "must not be nil")
+	case c.afterFunc == nil:
+		return invalid("after func", "must not be nil")
+	case c.logger == nil:
+		return invalid("logger", "must not be nil")
+	case c.observer == nil:
+		return invalid("observer", "must not be nil")
+	}
+	return nil
+}
 
 type config struct {
+	common
 	worker          string
 	emitTimeout     time.Duration
 	leaseDuration   time.Duration
@@ -38,14 +120,15 @@ type config struct {
 	wake            <-chan struct{}
 	shutdownTimeout time.Duration
 	policy          ledger.Policy
-	clock           func() time.Time
-	afterFunc       AfterFunc
-	logger          *slog.Logger
-	observer        Observer
+	// sweep starts a Sweeper inside Run with the options sweeper
+	// (WithSweeper, WithoutSweeper).
+	sweep   bool
+	sweeper []SweeperOption
 }
 
 func defaultConfig() config {
 	return config{
+		common:          defaultCommon(),
 		worker:          "dispatch-" + string(ledger.NewToken()),
 		emitTimeout:     DefaultEmitTimeout,
 		leaseDuration:   DefaultLeaseDuration,
@@ -55,47 +138,45 @@ func defaultConfig() config {
 		pollJitter:      true,
 		shutdownTimeout: DefaultShutdownTimeout,
 		policy:          ledger.DefaultPolicy(),
-		clock:           time.Now,
-		afterFunc: func(d time.Duration, f func()) func() bool {
-			return time.AfterFunc(d, f).Stop
-		},
-		logger:   slog.Default(),
-		observer: nopObserver{},
 	}
 }
 
 // WithWorker names the dispatcher in its claims (ledger.Claim.Worker). The
 // default is "dispatch-" and a random token, new for every dispatcher.
-func WithWorker(name string) DispatcherOption { return func(c *config) { c.worker = name } }
+func WithWorker(name string) DispatcherOption { return loopOption(func(c *config) { c.worker = name }) }
 
 // WithEmitTimeout bounds one emission (DefaultEmitTimeout). It must be
 // shorter than the claim lease, or NewDispatcher fails.
 func WithEmitTimeout(d time.Duration) DispatcherOption {
-	return func(c *config) { c.emitTimeout = d }
+	return loopOption(func(c *config) { c.emitTimeout = d })
 }
 
 // WithLeaseDuration sets how long a claim lasts (DefaultLeaseDuration).
 func WithLeaseDuration(d time.Duration) DispatcherOption {
-	return func(c *config) { c.leaseDuration = d }
+	return loopOption(func(c *config) { c.leaseDuration = d })
 }
 
 // WithBatchSize sets how many entries one poll cycle claims at most, 1 to
 // ledger.MaxLimit (DefaultBatchSize).
-func WithBatchSize(n int) DispatcherOption { return func(c *config) { c.batchSize = n } }
+func WithBatchSize(n int) DispatcherOption { return loopOption(func(c *config) { c.batchSize = n }) }
 
 // WithConcurrency sets how many emissions run at once (DefaultConcurrency).
-func WithConcurrency(n int) DispatcherOption { return func(c *config) { c.concurrency = n } }
+func WithConcurrency(n int) DispatcherOption {
+	return loopOption(func(c *config) { c.concurrency = n })
+}
 
 // WithPollInterval sets how long Run waits between poll cycles that found
 // nothing to do (DefaultPollInterval). A random jitter of up to a tenth of
 // the interval is added unless WithoutPollJitter is given, so that
 // dispatchers started together do not poll in step.
 func WithPollInterval(d time.Duration) DispatcherOption {
-	return func(c *config) { c.pollInterval = d }
+	return loopOption(func(c *config) { c.pollInterval = d })
 }
 
 // WithoutPollJitter makes Run wait exactly the poll interval.
-func WithoutPollJitter() DispatcherOption { return func(c *config) { c.pollJitter = false } }
+func WithoutPollJitter() DispatcherOption {
+	return loopOption(func(c *config) { c.pollJitter = false })
+}
 
 // WithWake makes Run poll as soon as a value arrives on wake instead of
 // waiting out the rest of the poll interval, for example the channel of
@@ -106,35 +187,54 @@ func WithoutPollJitter() DispatcherOption { return func(c *config) { c.pollJitte
 // while a cycle runs is kept by a buffered channel and makes the next wait
 // end at once, so give wake a buffer of one and send without blocking.
 func WithWake(wake <-chan struct{}) DispatcherOption {
-	return func(c *config) { c.wake = wake }
+	return loopOption(func(c *config) { c.wake = wake })
 }
 
 // WithShutdownTimeout sets how long in-flight emissions may run on after
 // Run's (or RunOnce's) context is cancelled before their contexts are
 // cancelled too (DefaultShutdownTimeout). Zero cancels them at once.
 func WithShutdownTimeout(d time.Duration) DispatcherOption {
-	return func(c *config) { c.shutdownTimeout = d }
+	return loopOption(func(c *config) { c.shutdownTimeout = d })
 }
 
 // WithPolicy sets the retry policy: MaxAttempts (claims, deferrals
 // included, before a failure dead-letters the entry), BackoffBase and
 // BackoffMax (see ledger.Policy.Backoff). Zero fields keep
 // ledger.DefaultPolicy()'s values; AckWindow is not used.
-func WithPolicy(p ledger.Policy) DispatcherOption { return func(c *config) { c.policy = p } }
+func WithPolicy(p ledger.Policy) DispatcherOption {
+	return loopOption(func(c *config) { c.policy = p })
+}
 
-// WithClock sets the clock for claims, renewals and retry times
-// (time.Now by default). Give the store the same clock.
-func WithClock(now func() time.Time) DispatcherOption { return func(c *config) { c.clock = now } }
+// WithClock sets the clock for claims, leases, renewals, retry times and
+// sweeps (time.Now by default). Give the store the same clock.
+func WithClock(now func() time.Time) Option { return commonOption(func(c *common) { c.clock = now }) }
 
-// WithAfterFunc replaces time.AfterFunc for every timer of the dispatcher
-// (see AfterFunc).
-func WithAfterFunc(f AfterFunc) DispatcherOption { return func(c *config) { c.afterFunc = f } }
+// WithAfterFunc replaces time.AfterFunc for every timer of the loop (see
+// AfterFunc).
+func WithAfterFunc(f AfterFunc) Option { return commonOption(func(c *common) { c.afterFunc = f }) }
 
 // WithLogger sets the logger (slog.Default() by default).
-func WithLogger(l *slog.Logger) DispatcherOption { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return commonOption(func(c *common) { c.logger = l }) }
 
 // WithObserver sets the Observer (a no-op by default).
-func WithObserver(o Observer) DispatcherOption { return func(c *config) { c.observer = o } }
+func WithObserver(o Observer) Option { return commonOption(func(c *common) { c.observer = o }) }
+
+// WithSweeper runs a Sweeper inside Run, configured by opts, beside the
+// poll loop: it starts with Run and stops (giving up its leads) when Run
+// returns. It takes the loop's clock, timers, logger and observer unless
+// opts say otherwise, and is named after the loop (the Worker's owner, the
+// Dispatcher's worker name) unless WithHolder says otherwise. A Worker
+// runs one by default, to expire what its ledger leaves lapsed (see
+// Worker); give WithSweeper to configure it, for example with retention.
+// A Dispatcher runs one only when given WithSweeper, and its outbox has
+// nothing to expire, so it needs WithRetention (NewDispatcher fails
+// otherwise). RunOnce never sweeps.
+func WithSweeper(opts ...SweeperOption) DispatcherOption {
+	return loopOption(func(c *config) {
+		c.sweep = true
+		c.sweeper = append([]SweeperOption(nil), opts...)
+	})
+}
 
 // validate reports the first malformed setting as a *ledger.InvalidError.
 func (c *config) validate() error {

@@ -135,6 +135,20 @@ type WorkerStats struct {
 // leases. Scale one Worker with WithConcurrency, or give each its own
 // agent.
 //
+// # Sweeping
+//
+// Some of a Worker's deliveries end only when someone calls the ledger's
+// Expire: one acknowledged whose MarkProcessed was refused (a stale fence,
+// a store error every try) ends as Expired at its acknowledgement
+// deadline, and one whose holder died with its last attempt leased ends as
+// Failed once the lease runs out. So Run runs a Sweeper beside its poll
+// loop (see Sweeper and WithSweeper): at most one Worker or Sweeper over a
+// ledger that keeps leads (memstore and pgstore do) expires at a time,
+// every DefaultSweepInterval, and the others take over when it stops or
+// dies. Give WithSweeper options to add retention or change the interval,
+// and WithoutSweeper only when another process sweeps the same ledger.
+// RunOnce never sweeps.
+//
 // # Heartbeats, timeouts and shutdown
 //
 // Each Handle call runs under a timeout (WithHandleTimeout). When the
@@ -155,6 +169,8 @@ type Worker struct {
 	owner   ledger.Owner
 	filter  ledger.LeaseFilter
 	cfg     workerConfig
+	sweeper *Sweeper // run beside Run's loop; nil with WithoutSweeper
+	health  health   // what Run knows of the store, for Ready
 }
 
 // NewWorker returns a Worker that leases deliveries of targets (all
@@ -191,38 +207,18 @@ func NewWorker(l ledger.Ledger, agent string, targets []ledger.Target, h Handler
 	if err := ledger.ValidateLease(w.filter, w.owner, ledger.MinTime(), cfg.leaseDuration, cfg.batchSize); err != nil {
 		return nil, err
 	}
+	if cfg.sweep {
+		sw, err := newSweeper(l, nil, cfg.common, w.owner.String(), cfg.sweeper)
+		if err != nil {
+			return nil, err
+		}
+		w.sweeper = sw
+	}
 	return w, nil
 }
 
 // Owner returns the agent and the incarnation the Worker leases under.
 func (w *Worker) Owner() ledger.Owner { return w.owner }
-
-// Run polls until ctx is cancelled: a poll cycle (RunOnce), then, unless
-// the cycle leased a full batch, a wait of the poll interval. When ctx is
-// cancelled Run stops leasing, lets the handlers in flight finish within
-// the shutdown timeout, releases the leases it had not started, and
-// returns nil. Errors of a cycle are logged and observed, not returned.
-func (w *Worker) Run(ctx context.Context) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
-		return err
-	}
-	for {
-		st, err := w.RunOnce(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: worker poll cycle failed",
-				slog.String("owner", w.owner.String()), slog.Any("error", err))
-		}
-		if st.Leased >= w.cfg.batchSize && err == nil {
-			continue // a full batch suggests more is due
-		}
-		if !w.cfg.waitPoll(ctx) {
-			return nil
-		}
-	}
-}
 
 // RunOnce runs one poll cycle: it leases up to the batch size of
 // deliveries, handles them with bounded concurrency, records each answer,
@@ -241,9 +237,9 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	c := &workerCycle{w: w}
 	res, err := w.ledger.Lease(ctx, w.filter, w.owner, w.cfg.clock(), w.cfg.leaseDuration, w.cfg.batchSize)
 	if err != nil {
+		// Observed here, logged by Run (once per doubling of the failures
+		// in a row, not once per poll).
 		c.record(Event{Kind: EventStoreError, Err: err})
-		w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease failed",
-			slog.String("owner", w.owner.String()), slog.Any("error", err))
 	}
 	for _, id := range res.Reclaimed {
 		c.record(Event{Kind: EventReclaimed, EntryID: string(id)})

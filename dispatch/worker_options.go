@@ -26,20 +26,14 @@ type FenceSource func(ctx context.Context, target ledger.Target) (*ledger.Fence,
 // WorkerOption too, with the same meaning (WithClock, WithAfterFunc,
 // WithLogger, WithObserver, WithLeaseDuration, WithBatchSize,
 // WithConcurrency, WithPollInterval, WithoutPollJitter, WithWake,
-// WithShutdownTimeout), except three that have no meaning for a Worker and
-// make NewWorker fail: WithWorker (the agent is NewWorker's argument),
-// WithEmitTimeout (use WithHandleTimeout) and WithPolicy (a delivery's
-// retry policy is stored on it at Enqueue).
+// WithShutdownTimeout, WithSweeper), except three that have no meaning
+// for a Worker and make NewWorker fail: WithWorker (the agent is
+// NewWorker's argument), WithEmitTimeout (use WithHandleTimeout) and
+// WithPolicy (a delivery's retry policy is stored on it at Enqueue). They
+// cannot be refused at compile time: a DispatcherOption must stay usable
+// as a WorkerOption, so that one list of options serves both loops.
 type WorkerOption interface {
 	applyWorker(*workerConfig)
-}
-
-// applyWorker lets a DispatcherOption configure a Worker: the settings
-// both share live in the same config struct.
-func (o DispatcherOption) applyWorker(c *workerConfig) {
-	if o != nil {
-		o(&c.config)
-	}
 }
 
 // workerOptionFunc is a WorkerOption that only a Worker understands.
@@ -76,6 +70,15 @@ func WithObservation(text string) WorkerOption {
 	return workerOptionFunc(func(c *workerConfig) { c.observation = text })
 }
 
+// WithoutSweeper stops the Worker from running its Sweeper inside Run: do
+// so only when another process runs one over the same ledger (a
+// dispatch.Sweeper, or a Worker with its default), since otherwise
+// nothing ends lapsed acknowledgements or returns expired leases whose
+// attempts ran out (see Worker).
+func WithoutSweeper() WorkerOption {
+	return workerOptionFunc(func(c *workerConfig) { c.sweep = false })
+}
+
 type workerConfig struct {
 	config
 	handleTimeout time.Duration
@@ -94,6 +97,8 @@ func defaultWorkerConfig() workerConfig {
 	c.emitTimeout = 0
 	c.policy = ledger.Policy{}
 	c.batchSize = 0
+	// A Worker expires what its ledger leaves lapsed unless told not to.
+	c.sweep = true
 	return c
 }
 

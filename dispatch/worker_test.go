@@ -286,6 +286,7 @@ func TestWorkerPermanentErrorFailsAtOnce(t *testing.T) {
 	assert.Equal(t, 1, d.Attempts)
 	require.NotNil(t, d.LastFailure)
 	assert.True(t, d.LastFailure.Permanent)
+	assert.Equal(t, errTransient.Error(), d.LastFailure.Message, "Permanent is recorded apart, not as a prefix")
 }
 
 func TestWorkerRecordsAPanicAsAFailure(t *testing.T) {

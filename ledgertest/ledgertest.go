@@ -12,8 +12,9 @@
 // There are no capability flags: a store passes the whole suite or it does
 // not conform. The groups for optional interfaces (Renewer, Purger,
 // Historian, StatsReporter, EndedLister, Redriver and their outbox twins,
-// OutboxLister) run when the store
-// implements the interface and skip, saying which, when it does not. Time moves only by passing later now values computed from a
+// OutboxLister, and Elector in the Leadership group of both suites) run
+// when the store implements the interface and skip, saying which, when it
+// does not. Time moves only by passing later now values computed from a
 // fixed t0; nothing sleeps. Invariant checkers return errors so that the
 // suite can itself be tested against deliberately broken stores.
 package ledgertest
@@ -80,6 +81,12 @@ var ledgerGroups = []struct {
 	{"Tokens", testTokens},
 	{"Concurrency", testConcurrency},
 	{"Races", testLedgerRaces},
+	{"Leadership", func(t *testing.T, newLedger NewLedgerFunc) {
+		testLeadership(t, func(t *testing.T) (ledger.Elector, bool) {
+			e, ok := newLedger(t).(ledger.Elector)
+			return e, ok
+		})
+	}},
 }
 
 // claimGroups lists the operation groups of TestClaimStore, one file each.
@@ -107,4 +114,10 @@ var claimGroups = []struct {
 	{"Tokens", testClaimTokens},
 	{"Concurrency", testClaimConcurrency},
 	{"Races", testClaimRaces},
+	{"Leadership", func(t *testing.T, newStore NewClaimStoreFunc) {
+		testLeadership(t, func(t *testing.T) (ledger.Elector, bool) {
+			e, ok := newStore(t).(ledger.Elector)
+			return e, ok
+		})
+	}},
 }

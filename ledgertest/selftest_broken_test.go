@@ -298,3 +298,35 @@ func (l leakyTokenLedger) MarkFailed(ctx context.Context, lease ledger.Lease, re
 func (l leakyTokenLedger) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
 	return l.Store.Release(ctx, lease, now)
 }
+
+// doubleLeadLedger lets a take of a held lead apply: it answers Applied
+// with a term of its own making, so two holders lead at once.
+type doubleLeadLedger struct {
+	*memstore.Store
+}
+
+func (l doubleLeadLedger) TakeLead(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
+	res, err := l.Store.TakeLead(ctx, name, holder, now, ttl)
+	if err != nil || res.Outcome != ledger.OutcomeWrongOwner {
+		return res, err
+	}
+	now = ledger.Normalize(now)
+	return ledger.LeadResult{Outcome: ledger.OutcomeApplied, Lead: ledger.Lead{
+		Name: name, Holder: holder, Token: ledger.NewToken(), Seq: res.Lead.Seq + 1, TakenAt: now, ExpiresAt: now.Add(ttl),
+	}}, nil
+}
+
+// staleLeadLedger renews a lead whatever term the caller presents: a
+// holder whose term ended believes it still leads.
+type staleLeadLedger struct {
+	*memstore.Store
+}
+
+func (l staleLeadLedger) RenewLead(ctx context.Context, lead ledger.Lead, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
+	res, err := l.Store.RenewLead(ctx, lead, now, ttl)
+	if err != nil || res.Outcome != ledger.OutcomeLeaseLost {
+		return res, err
+	}
+	lead.ExpiresAt = ledger.Normalize(now).Add(ttl)
+	return ledger.LeadResult{Outcome: ledger.OutcomeApplied, Lead: lead}, nil
+}

@@ -70,6 +70,12 @@ var brokenSuites = map[string]func(t *testing.T){
 	"bounds-ignored": func(t *testing.T) {
 		ledgertest.TestQueueBounds(t, func(*testing.T, ledger.QueueBounds) ledger.Ledger { return memstore.New() })
 	},
+	"lead-double-take": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return doubleLeadLedger{memstore.New()} })
+	},
+	"lead-stale-renew": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleLeadLedger{memstore.New()} })
+	},
 }
 
 // TestBrokenStoreHelper is not a test on its own: TestSuiteFailsOnBrokenStores
@@ -137,6 +143,14 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"NewDeliveryIsAbandonedWhenNothingOlderIsOffered",
 			"BatchSaysSoOnTheLastRequestOfTheTarget",
 			"ConcurrentEnqueuesNeverLeaveMoreThanTheBound",
+		}},
+		{mode: "lead-double-take", failed: []string{
+			"Leadership/HeldLeadIsWrongOwner",
+			"Leadership/TwoHoldersRacing",
+		}},
+		{mode: "lead-stale-renew", failed: []string{
+			"Leadership/StaleHolderIsRefused",
+			"Leadership/LapsedLeadIsNotRenewed",
 		}},
 		{mode: "ledger-leaky-token", failed: []string{
 			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",

@@ -31,6 +31,9 @@ var (
 // option; claims use ClaimRequest.Now. No decision reads the clock.
 type Outbox struct {
 	cfg config
+	// leads holds the leadership leases, shared with the Store beside
+	// this outbox (lead.go).
+	leads *leadTable
 
 	mu      sync.Mutex
 	entries map[ledger.OutboxEntryID]*entry
@@ -70,9 +73,10 @@ type entry struct {
 // New(opts...).Outbox().
 func NewOutbox(opts ...Option) *Outbox { return New(opts...).Outbox() }
 
-func newOutbox(cfg config) *Outbox {
+func newOutbox(cfg config, leads *leadTable) *Outbox {
 	return &Outbox{
 		cfg:     cfg,
+		leads:   leads,
 		entries: make(map[ledger.OutboxEntryID]*entry),
 		seqs:    make(map[ledger.OutboxEntryID]uint64),
 	}

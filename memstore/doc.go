@@ -6,7 +6,9 @@
 // its Outbox, the outbox living beside it, is a ledger.ClaimStore and a
 // ledger.OutboxBatchEnqueuer, and also a ledger.OutboxPurger,
 // ledger.ClaimRenewer, ledger.OutboxHistorian and
-// ledger.OutboxStatsReporter. (One Go type cannot be both contracts: both
+// ledger.OutboxStatsReporter. Both are a ledger.Elector over one table of
+// leads, so that several sweepers in one process (dispatch.Sweeper) take
+// turns. (One Go type cannot be both contracts: both
 // have Enqueue and MarkFailed, with different signatures.) Records live in
 // process memory and are lost when the process ends; use pgstore when work
 // must survive a restart.

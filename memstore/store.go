@@ -87,6 +87,8 @@ func WithClock(now func() time.Time) Option {
 type Store struct {
 	cfg    config
 	outbox *Outbox
+	// leads holds the leadership leases, shared with outbox (lead.go).
+	leads *leadTable
 
 	mu sync.Mutex
 	// records maps the ID of every delivery held to its slot, the
@@ -144,9 +146,11 @@ const maxSlab = 32 << 10 / int(unsafe.Sizeof(ledger.Delivery{}))
 // beside it.
 func New(opts ...Option) *Store {
 	cfg := newConfig(opts)
+	leads := newLeadTable()
 	s := &Store{
 		cfg:     cfg,
-		outbox:  newOutbox(cfg),
+		outbox:  newOutbox(cfg, leads),
+		leads:   leads,
 		records: make(map[ledger.DeliveryID]uint32),
 		fences:  make(map[ledger.Target]*ledger.Fence),
 	}
@@ -158,7 +162,9 @@ func New(opts ...Option) *Store {
 
 // Outbox returns the outbox living beside s, configured with the same
 // options. It is a separate value because the two contracts cannot share
-// one Go type; it has its own lock and shares no records with s.
+// one Go type; it has its own lock and shares no records with s, only the
+// leads of ledger.Elector, so that a lead taken through one is held
+// through the other.
 func (s *Store) Outbox() *Outbox { return s.outbox }
 
 // key returns the index key of the record in slot by one of its times.

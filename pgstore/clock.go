@@ -62,6 +62,17 @@ func WithSkewThreshold(d time.Duration) Option {
 	}
 }
 
+// WithoutSkewCheck stops the store from comparing the callers' now with
+// the database's clock: no sampling round trip, no warning, and ClockSkew
+// reports nothing measured. It is for callers whose now is not the wall
+// clock on purpose (a simulation, a replay, a test that moves time by
+// passing later values), where every sample would warn. With
+// WithDatabaseClock the database's clock still decides; only the
+// measurement is off.
+func WithoutSkewCheck() Option {
+	return func(c *config) { c.noSkewCheck = true }
+}
+
 // skewMeter remembers the last skew measured between callers' clocks and
 // the database's. It is shared by a Store and every store WithTx derives
 // from it.
@@ -87,7 +98,7 @@ func (s *Store) ClockSkew() (time.Duration, bool) {
 // call with the database clock and otherwise when a sample is due, and
 // logs it when it passes the threshold.
 func (s *Store) decisionTime(ctx context.Context, op string, now time.Time) (time.Time, error) {
-	if !s.cfg.dbClock && !s.skewSampleDue(time.Now()) {
+	if !s.cfg.dbClock && (s.cfg.noSkewCheck || !s.skewSampleDue(time.Now())) {
 		return now, nil
 	}
 	var db time.Time
@@ -97,7 +108,9 @@ func (s *Store) decisionTime(ctx context.Context, op string, now time.Time) (tim
 		return now, err
 	}
 	db = ledger.Normalize(db)
-	s.recordSkew(ctx, op, ledger.Normalize(now).Sub(db))
+	if !s.cfg.noSkewCheck {
+		s.recordSkew(ctx, op, ledger.Normalize(now).Sub(db))
+	}
 	if s.cfg.dbClock {
 		return db, nil
 	}

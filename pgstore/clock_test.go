@@ -116,3 +116,20 @@ func TestClockOptionsAreValidated(t *testing.T) {
 		assert.ErrorIs(t, err, ledger.ErrInvalid, name)
 	}
 }
+
+func TestWithoutSkewCheckNeitherSamplesNorWarns(t *testing.T) {
+	t.Parallel()
+	logger, buf := quietLogger()
+	s, _ := newStore(t, pgstore.WithLogger(logger), pgstore.WithoutSkewCheck())
+	ctx := testContext(t)
+	// Four years ahead of the database, call after call.
+	for i := range 3 {
+		_, err := s.Enqueue(ctx, ledger.EnqueueRequest{ID: ledger.DeliveryID(string(rune('a' + i))), Target: "host"}, t0)
+		require.NoError(t, err)
+		_, err = s.Expire(ctx, t0)
+		require.NoError(t, err)
+	}
+	_, measured := s.ClockSkew()
+	assert.False(t, measured, "nothing is measured")
+	assert.Empty(t, buf.String(), "nothing is logged")
+}

@@ -95,7 +95,9 @@
 //
 // Business answers are outcomes, never errors. An error is ErrInvalid for
 // a malformed call (nothing touched the database), ErrNotFound and
-// ErrConflict where the contracts say so, or a store failure wrapped as
+// ErrConflict where the contracts say so, ErrNotMigrated (which also
+// matches ledger.ErrUnusable) when the schema or one of its tables does
+// not exist, or a store failure wrapped as
 // "pgstore: <operation>: ..." that still matches context.Canceled,
 // context.DeadlineExceeded and *pgconn.PgError with errors.Is and
 // errors.As. A call retries its transaction, a bounded number of times
@@ -151,6 +153,15 @@
 // completions do not all wait on one. Their cost grows with the work in
 // hand and the number of (target, ceremony) pairs that have ended records,
 // never with the number of ended records themselves.
+//
+// # Leads
+//
+// Store and Outbox are a ledger.Elector over one table of named
+// leadership leases (migration 0009), which dispatch.Sweeper uses so that
+// of many processes one sweeps at a time. A lead is a row like every
+// lease here: each call locks it, applies ledger.Lead's transition in Go
+// and commits, so it works through PgBouncer in transaction pooling mode,
+// and a holder that dies leaves a row whose expiry passes.
 //
 // # Guarantees and limits
 //

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leaseledger/ledger"
 )
 
 // This file is the one place that decides what a driver error means:
@@ -21,6 +23,42 @@ const (
 	sqlstateSerializationFailure = "40001"
 	sqlstateDeadlockDetected     = "40P01"
 )
+
+// SQLSTATE codes that say the store's schema or one of its tables does
+// not exist: the schema was never migrated, or not by this version.
+// Every statement the store sends names only its own schema and tables,
+// so on a store call they can mean nothing else.
+const (
+	sqlstateUndefinedTable = "42P01"
+	sqlstateInvalidSchema  = "3F000"
+)
+
+// ErrNotMigrated is returned (wrapped: check it with errors.Is) by every
+// call on a store whose schema, or one of whose tables, does not exist:
+// Migrate was never run on it, or not by this version of the library. It
+// also matches ledger.ErrUnusable, so that the loops of package dispatch
+// stop on it instead of retrying a call that cannot succeed. The driver's
+// error stays in the chain for errors.As.
+var ErrNotMigrated = errors.New("pgstore: schema not migrated (run Store.Migrate, or ledgerctl migrate)")
+
+// notMigratedError is ErrNotMigrated with the driver's error behind it.
+type notMigratedError struct{ err error }
+
+func (e *notMigratedError) Error() string { return ErrNotMigrated.Error() + ": " + e.err.Error() }
+
+func (e *notMigratedError) Unwrap() error { return e.err }
+
+// Is makes errors.Is match ErrNotMigrated and ledger.ErrUnusable.
+func (e *notMigratedError) Is(target error) bool {
+	return target == ErrNotMigrated || target == ledger.ErrUnusable
+}
+
+// notMigrated reports whether err says the store's schema or a table of
+// it does not exist.
+func notMigrated(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateInvalidSchema)
+}
 
 // retryable reports whether a failed transaction may be run again: the
 // error happened before anything was sent, or the server rolled the
@@ -42,9 +80,13 @@ func retryable(err error) bool {
 // and errors.As (context.Canceled, *pgconn.PgError, ledger.ErrNotFound...).
 // When ctx is done but the driver's error does not say so, the context's
 // error is added, so that a cancelled call always matches context.Canceled.
+// A missing schema or table becomes ErrNotMigrated.
 func wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if notMigrated(err) && !errors.Is(err, ErrNotMigrated) {
+		err = &notMigratedError{err: err}
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("pgstore: %s: %w: %w", op, ctxErr, err)

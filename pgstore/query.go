@@ -10,7 +10,7 @@ import (
 )
 
 // This file is the store's SQL (retention's two statements sit beside
-// their method in purge.go). Every statement is built once, in
+// their method in purge.go, and the leads' in lead.go). Every statement is built once, in
 // newQueries, from the fragments below with the store's schema quoted as
 // an identifier; methods only pick a statement and pass parameters. The
 // column lists come from the row structs in row.go.

@@ -70,6 +70,7 @@ type config struct {
 	// through logger when a caller's now is further than skewThreshold
 	// from it.
 	dbClock       bool
+	noSkewCheck   bool // WithoutSkewCheck
 	logger        *slog.Logger
 	skewThreshold time.Duration
 	group         groupConfig        // group commit (group.go)

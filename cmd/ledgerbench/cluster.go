@@ -40,6 +40,11 @@ type env struct {
 	server  string             // what the report says about the store
 	pool    *pgxpool.Pool      // nil in memory
 	cluster *pgcluster.Cluster // nil unless this run started it
+	// postmaster is the server's postmaster PID when the server runs on
+	// this machine, so that its CPU can be read; 0 otherwise, and
+	// serverCPUWhyNot says why.
+	postmaster      int
+	serverCPUWhyNot string
 }
 
 // stores is a fresh, empty ledger and outbox for one workload. On
@@ -94,6 +99,7 @@ func openEnv(ctx context.Context, cfg config, prog *progress) (_ *env, err error
 		where = "throwaway cluster"
 	}
 	e.server = fmt.Sprintf("PostgreSQL %s (%s; fsync=%s, synchronous_commit=%s)", version, where, fsync, syncCommit)
+	e.postmaster, e.serverCPUWhyNot = e.findPostmaster(ctx)
 	return e, nil
 }
 

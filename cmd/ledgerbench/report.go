@@ -13,8 +13,8 @@ type verdict string
 const (
 	verdictPass verdict = "PASS"
 	verdictFail verdict = "FAIL"
-	// verdictNA: the target cannot be judged in this run (no ceiling in
-	// memory, or the run's settings are not those the target is stated for).
+	// verdictNA: the target cannot be judged in this run (the run's
+	// settings are not those the target is stated for).
 	verdictNA verdict = "n/a"
 )
 
@@ -40,7 +40,10 @@ const (
 )
 
 // ceilings is what the server itself does, measured in the same run with
-// -workers sessions (see ceiling.go).
+// -workers sessions (see ceiling.go). They are context for the figures
+// beside them: no target is stated against them any more, since no
+// record with a state machine and a history approaches a single-column
+// UPDATE.
 type ceilings struct {
 	Workers int     `json:"workers"`
 	Seconds float64 `json:"seconds_each"`
@@ -79,32 +82,22 @@ type figure struct {
 	CeilingRatio *float64     `json:"ceiling_ratio,omitempty"`
 	Target       string       `json:"target,omitempty"`
 	Verdict      verdict      `json:"verdict,omitempty"`
+	// NotMeasured says why the run could not measure the figure (its
+	// Value is then 0 and means nothing); empty when it did.
+	NotMeasured string `json:"not_measured,omitempty"`
 }
 
 // target is what a figure should reach and how to judge it.
 type target struct {
 	text  string
-	check func(v float64, c *ceilings) verdict
-}
-
-// atLeastCeiling: at least factor times the ceiling ref.
-func atLeastCeiling(factor float64, ref ceilingRef) *target {
-	return &target{
-		text: fmt.Sprintf(">= %.2fx ceiling (%s)", factor, ref),
-		check: func(v float64, c *ceilings) verdict {
-			if c.of(ref) <= 0 {
-				return verdictNA
-			}
-			return passIf(v >= factor*c.of(ref))
-		},
-	}
+	check func(v float64) verdict
 }
 
 // below: less than limit, in the figure's unit.
 func below(limit float64, unit string) *target {
 	return &target{
 		text:  fmt.Sprintf("< %g %s", limit, unit),
-		check: func(v float64, _ *ceilings) verdict { return passIf(v < limit) },
+		check: func(v float64) verdict { return passIf(v < limit) },
 	}
 }
 
@@ -112,7 +105,7 @@ func below(limit float64, unit string) *target {
 func atMost(limit float64, unit string) *target {
 	return &target{
 		text:  fmt.Sprintf("<= %g%s", limit, unit),
-		check: func(v float64, _ *ceilings) verdict { return passIf(v <= limit) },
+		check: func(v float64) verdict { return passIf(v <= limit) },
 	}
 }
 
@@ -122,7 +115,7 @@ func (t *target) when(applies bool, cond string) *target {
 	c := *t
 	c.text += " " + cond
 	if !applies {
-		c.check = func(float64, *ceilings) verdict { return verdictNA }
+		c.check = func(float64) verdict { return verdictNA }
 	}
 	return &c
 }
@@ -154,7 +147,9 @@ type report struct {
 	Settings settings  `json:"settings"`
 	Ceilings *ceilings `json:"ceilings,omitempty"`
 	Figures  []figure  `json:"results"`
-	Notes    []string  `json:"notes,omitempty"`
+	// Cost is the cost workload's table; nil when it did not run.
+	Cost  *costReport `json:"cost,omitempty"`
+	Notes []string    `json:"notes,omitempty"`
 }
 
 // newReport starts the report of a run with cfg on server.
@@ -178,8 +173,8 @@ func (r *report) setCeilings(c *ceilings) { r.Ceilings = c }
 func (r *report) note(s string) { r.Notes = append(r.Notes, s) }
 
 // add records a figure. On PostgreSQL a figure with a ceiling gets its
-// ratio to it; in memory there is none. A target is judged at once, since
-// the ceilings are measured before every workload.
+// ratio to it, as context; in memory there is none. A target, when the
+// figure has one, is judged at once.
 func (r *report) add(w workloadName, name string, value float64, unit string, ref ceilingRef, t *target) {
 	f := figure{Workload: w, Name: name, Value: value, Unit: unit}
 	if ref != "" && r.Ceilings.of(ref) > 0 {
@@ -187,9 +182,14 @@ func (r *report) add(w workloadName, name string, value float64, unit string, re
 		f.Ceiling, f.CeilingRatio = ref, &ratio
 	}
 	if t != nil {
-		f.Target, f.Verdict = t.text, t.check(value, r.Ceilings)
+		f.Target, f.Verdict = t.text, t.check(value)
 	}
 	r.Figures = append(r.Figures, f)
+}
+
+// addNotMeasured records a figure the run could not measure, and why.
+func (r *report) addNotMeasured(w workloadName, name, unit, why string) {
+	r.Figures = append(r.Figures, figure{Workload: w, Name: name, Unit: unit, NotMeasured: why})
 }
 
 // write prints the report as a table, or as one JSON document.
@@ -197,7 +197,7 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false) // targets read ">= 0.12x", not "\u003e="
+		enc.SetEscapeHTML(false) // targets read "<= 1.5x", not "\u003c="
 		return enc.Encode(r)
 	}
 	fmt.Fprintf(w, "store: %s\n", r.Server)
@@ -207,6 +207,31 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if c := r.Ceilings; c != nil {
 		fmt.Fprintf(w, "ceilings (%d sessions, %gs each): (i) %.0f single-row UPDATE txn/s (%.2f ms each); (ii) %.0f rows/s in UPDATEs of 1,000 rows\n",
 			c.Workers, c.Seconds, c.UpdateTxnPerSec, c.UpdateTxnMillis, c.BatchedRowsPerSec)
+	}
+	if err := r.writeFigures(w); err != nil {
+		return err
+	}
+	if r.Cost != nil {
+		fmt.Fprintln(w)
+		if err := r.Cost.write(w); err != nil {
+			return err
+		}
+	}
+	for _, f := range r.Figures {
+		if f.NotMeasured != "" {
+			fmt.Fprintf(w, "note: %s %s not measured: %s\n", f.Workload, f.Name, f.NotMeasured)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+// writeFigures prints the figures' table, if there are any.
+func (r *report) writeFigures(w io.Writer) error {
+	if len(r.Figures) == 0 {
+		return nil
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -220,16 +245,17 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 		if f.Target != "" {
 			tgt, res = f.Target, string(f.Verdict)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Workload, f.Name, formatValue(f.Value, f.Unit), f.Unit, ratio, tgt, res)
+		value := formatValue(f.Value, f.Unit)
+		if f.NotMeasured != "" {
+			value = "not measured"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Workload, f.Name, value, f.Unit, ratio, tgt, res)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if r.Ceilings != nil {
-		fmt.Fprintln(w, "\nceiling ratio: a rate over (i) or (ii); a latency over (i time), the mean single-row UPDATE transaction at the same concurrency.")
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintln(w, "note:", n)
+		fmt.Fprintln(w, "\nceiling ratio: a rate over (i) or (ii); a latency over (i time), the mean single-row UPDATE transaction at the same concurrency. Context only: no figure is judged against a ceiling.")
 	}
 	return nil
 }

@@ -153,7 +153,9 @@ func dueOffset(payload []byte) time.Duration {
 }
 
 // steady is workload (c): -rate items/s offered for -duration. On
-// PostgreSQL it also reports the client's heap at the start and end.
+// PostgreSQL it also reports the client's heap at the start and end. The
+// latencies are reported without a target: the one that matters now is a
+// share of another system's in the same run.
 func (e *env) steady(ctx context.Context, rep *report) error {
 	const w = workloadSteady
 	st, err := e.fresh(ctx, w)
@@ -167,14 +169,11 @@ func (e *env) steady(ctx context.Context, rep *report) error {
 		return err
 	}
 	heapEnd := heapInUse()
-	atRate := e.cfg.rate == 1000
 	rep.add(w, "offered", e.cfg.rate, "items/s", "", nil)
 	rep.add(w, "completed", float64(run.completed)/run.elapsed.Seconds(), "items/s", ceilingRows, nil)
 	rep.add(w, "left in the queue at the end", float64(run.enqueued-run.completed), "items", "", nil)
-	rep.add(w, "enqueue to completion p50", percentile(run.latencies, 50), "ms", ceilingTxnTime,
-		below(20, "ms").when(atRate, "at 1,000 items/s"))
-	rep.add(w, "enqueue to completion p99", percentile(run.latencies, 99), "ms", ceilingTxnTime,
-		below(100, "ms").when(atRate, "at 1,000 items/s"))
+	rep.add(w, "enqueue to completion p50", percentile(run.latencies, 50), "ms", ceilingTxnTime, nil)
+	rep.add(w, "enqueue to completion p99", percentile(run.latencies, 99), "ms", ceilingTxnTime, nil)
 	rep.add(w, "lease (granting) p50", percentile(leaseTimes(run.leases, 0, run.elapsed), 50), "ms", ceilingTxnTime, nil)
 	if e.cfg.store == storePG {
 		rep.add(w, "client heap in use at start", mib(heapStart), "MiB", "", nil)
@@ -204,7 +203,8 @@ const snapshotWindow = 10
 // transaction open after reading, so its snapshot keeps every row version
 // that dies during the run: vacuum cannot reclaim them, and lease scans
 // step over them. It reports lease latency in the first and last tenth of
-// the run and the deliveries table's dead tuples at the start and end.
+// the run, their ratio (the degradation, for information: no target) and
+// the deliveries table's dead tuples at the start and end.
 func (e *env) snapshot(ctx context.Context, rep *report) (err error) {
 	const w = workloadSnapshot
 	st, err := e.fresh(ctx, w)
@@ -254,7 +254,8 @@ func (e *env) snapshot(ctx context.Context, rep *report) (err error) {
 	rep.add(w, "lease (granting) p50, first tenth", first, "ms", ceilingTxnTime, nil)
 	rep.add(w, "lease (granting) p50, last tenth", last, "ms", ceilingTxnTime, nil)
 	if first > 0 && last > 0 {
-		rep.add(w, "lease latency, end over start", last/first, "x", "", atMost(3, "x"))
+		rep.add(w, "lease latency, end over start", last/first, "x", "", nil)
+		rep.note("snapshot: lease latency, end over start is the held snapshot's degradation, for information; it has no target")
 	} else {
 		rep.note("snapshot: too few granting lease calls at the start or end to compare")
 	}

@@ -4,6 +4,7 @@
 deliveries WITH (fillfactor=80)
 delivery_counts WITH (fillfactor=50)
 delivery_history
+leads
 outbox_counts WITH (fillfactor=50)
 outbox_entries WITH (fillfactor=80)
 outbox_entry_history
@@ -75,6 +76,12 @@ delivery_history.outcome text NOT NULL
 delivery_history.actor text COLLATE "C"
 delivery_history.reason text
 delivery_history.at timestamp with time zone NOT NULL
+leads.name text COLLATE "C" NOT NULL
+leads.holder text COLLATE "C" NOT NULL
+leads.token text COLLATE "C" NOT NULL
+leads.seq bigint NOT NULL
+leads.taken_at timestamp with time zone NOT NULL
+leads.expires_at timestamp with time zone NOT NULL
 outbox_counts.status text NOT NULL
 outbox_counts.shard smallint NOT NULL
 outbox_counts.n bigint NOT NULL
@@ -141,6 +148,8 @@ delivery_counts delivery_counts_pkey PRIMARY KEY (target, ceremony, state, cause
 delivery_counts delivery_counts_shard_check CHECK (((shard >= 0) AND (shard <= 15)))
 delivery_counts delivery_counts_state_check CHECK ((state = ANY (ARRAY['processed'::text, 'failed'::text, 'expired'::text])))
 delivery_history delivery_history_pkey PRIMARY KEY (id, seq)
+leads leads_pkey PRIMARY KEY (name)
+leads leads_seq_check CHECK ((seq > 0))
 outbox_counts outbox_counts_pkey PRIMARY KEY (status, shard)
 outbox_counts outbox_counts_shard_check CHECK (((shard >= 0) AND (shard <= 15)))
 outbox_counts outbox_counts_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'failed'::text, 'dead_lettered'::text])))
@@ -170,6 +179,7 @@ CREATE UNIQUE INDEX deliveries_pkey ON {schema}.deliveries USING btree (id)
 CREATE INDEX delivery_counts_ceremony_idx ON {schema}.delivery_counts USING btree (ceremony) WHERE (ceremony <> ''::text)
 CREATE UNIQUE INDEX delivery_counts_pkey ON {schema}.delivery_counts USING btree (target, ceremony, state, cause_kind, shard)
 CREATE UNIQUE INDEX delivery_history_pkey ON {schema}.delivery_history USING btree (id, seq)
+CREATE UNIQUE INDEX leads_pkey ON {schema}.leads USING btree (name)
 CREATE UNIQUE INDEX outbox_counts_pkey ON {schema}.outbox_counts USING btree (status, shard)
 CREATE INDEX outbox_entries_claimed_idx ON {schema}.outbox_entries USING btree (claim_expires_at) WHERE (claim_token IS NOT NULL)
 CREATE INDEX outbox_entries_ended_idx ON {schema}.outbox_entries USING btree (ended_at, id) WHERE (ended_at IS NOT NULL)
