@@ -24,13 +24,16 @@ const (
 	sqlstateDeadlockDetected     = "40P01"
 )
 
-// SQLSTATE codes that say the store's schema or one of its tables does
-// not exist: the schema was never migrated, or not by this version.
-// Every statement the store sends names only its own schema and tables,
-// so on a store call they can mean nothing else.
+// SQLSTATE codes that say the store's schema, one of its tables or one of
+// their columns does not exist: the schema was never migrated, or not by
+// this version (a migration that adds columns, such as 0010's redrive
+// links, leaves an older schema with every table and without them).
+// Every statement the store sends names only its own schema, tables and
+// columns, so on a store call they can mean nothing else.
 const (
-	sqlstateUndefinedTable = "42P01"
-	sqlstateInvalidSchema  = "3F000"
+	sqlstateUndefinedTable  = "42P01"
+	sqlstateUndefinedColumn = "42703"
+	sqlstateInvalidSchema   = "3F000"
 )
 
 // ErrNotMigrated is returned (wrapped: check it with errors.Is) by every
@@ -53,11 +56,18 @@ func (e *notMigratedError) Is(target error) bool {
 	return target == ErrNotMigrated || target == ledger.ErrUnusable
 }
 
-// notMigrated reports whether err says the store's schema or a table of
-// it does not exist.
+// notMigrated reports whether err says the store's schema, a table of it
+// or a column of one does not exist.
 func notMigrated(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == sqlstateUndefinedTable || pgErr.Code == sqlstateInvalidSchema)
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case sqlstateUndefinedTable, sqlstateUndefinedColumn, sqlstateInvalidSchema:
+		return true
+	}
+	return false
 }
 
 // retryable reports whether a failed transaction may be run again: the

@@ -82,6 +82,18 @@ func TestNotMigratedIsASentinel(t *testing.T) {
 					})
 					return err
 				},
+				"redrive": func() error {
+					_, err := s.Redrive(ctx, ledger.RedriveRequest{ID: "d"}, t0)
+					return err
+				},
+				"redrive matching": func() error {
+					_, err := s.RedriveMatching(ctx, ledger.RedriveQuery{Limit: 10}, t0)
+					return err
+				},
+				"redrive entry": func() error {
+					_, err := s.Outbox().RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: "e"})
+					return err
+				},
 				"list entries": func() error {
 					_, err := s.Outbox().ListEntries(ctx, ledger.OutboxListQuery{Limit: 10})
 					return err
@@ -114,6 +126,16 @@ func TestNotMigratedAfterAnUpgrade(t *testing.T) {
 	_, err = s.Get(ctx, "nothing")
 	require.ErrorIs(t, err, ledger.ErrNotFound)
 	require.NotErrorIs(t, err, pgstore.ErrNotMigrated)
+	// A schema from before 0010 has every table and not the redrive
+	// links: a call that reads a record says so too.
+	for _, table := range []string{"deliveries", "outbox_entries"} {
+		_, err = pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{s.Schema(), table}.Sanitize()+" DROP COLUMN redriven_from")
+		require.NoError(t, err)
+	}
+	_, err = s.Get(ctx, "nothing")
+	require.ErrorIs(t, err, pgstore.ErrNotMigrated)
+	_, err = s.Outbox().FindByID(ctx, "nothing")
+	require.ErrorIs(t, err, pgstore.ErrNotMigrated)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = s.Lease(cancelled, ledger.LeaseFilter{}, ledger.Owner{Agent: "a", Incarnation: "i"}, t0, time.Minute, 1)
