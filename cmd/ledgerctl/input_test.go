@@ -21,6 +21,8 @@ func TestInputIsCheckedBeforeConnecting(t *testing.T) {
 	env := map[string]string{envDSN: "postgres://ops@127.0.0.1:1/ledger?connect_timeout=5"}
 	for name, args := range map[string][]string{
 		"show: zero-width space":             {"show", "x1\u200b"},
+		"redrive: invisible ID":              {"redrive", "d1\u200b"},
+		"outbox redrive: control character":  {"outbox", "redrive", "e\x1b[2J"},
 		"show: right-to-left override":       {"show", "\u202edi"},
 		"show: control character":            {"show", "x\x1b[2J"},
 		"show: oversize":                     {"show", strings.Repeat("x", ledger.MaxNameBytes+1)},

@@ -70,7 +70,15 @@ func (f *redriveFilter) check(pos []string, start time.Time) (id string, cutoff 
 		return "", time.Time{}, usage("give an ID or filter flags, not both")
 	case len(pos) > 0:
 		id, err := exactlyOne(pos, "ID")
-		return id, time.Time{}, err
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		// An ID refused fails the command, as it does show's and
+		// abandon's; deliveries and outbox entries share the rule.
+		if err := ledger.ValidateGet(id); err != nil {
+			return "", time.Time{}, invalidInput(err)
+		}
+		return id, time.Time{}, nil
 	case !f.any():
 		return "", time.Time{}, usage("give an ID, or filter flags (-all for everything that can be redriven)")
 	}
