@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -53,6 +54,7 @@ var boundRules = []struct {
 	{"RedriveMatchingNeverChasesWhatItAbandons", ledger.QueueBounds{Default: 1}, boundRedriveMatching},
 	{"AbandonedEndIsInTheHistory", ledger.QueueBounds{Default: 1}, boundHistory},
 	{"ConcurrentEnqueuesNeverLeaveMoreThanTheBound", ledger.QueueBounds{Default: 5}, boundConcurrentEnqueues},
+	{"ConcurrentBatchesAndRedrivesNeverLeaveMoreThanTheBound", ledger.QueueBounds{Default: 3}, boundConcurrentBatchesAndRedrives},
 }
 
 // boundEnqueue enqueues r at now, requires OutcomeApplied and the
@@ -315,4 +317,85 @@ func checkQueueBound(all []ledger.Delivery, target ledger.Target, bound int, aba
 		return fmt.Errorf("%d deliveries ended by the bound, %d were reported", len(ended), len(abandoned))
 	}
 	return nil
+}
+
+// boundConcurrentBatchesAndRedrives: batches that add to two bounded
+// targets, in either order, race redrives by filter that send the
+// deliveries the bound abandoned back into the same queues. No queue ends
+// over its bound, every delivery the bound ended was reported exactly
+// once, and no call fails (a store that took the targets' turns in
+// different orders would deadlock here).
+func boundConcurrentBatchesAndRedrives(t *testing.T, f *ledgerFixture) {
+	const bound = 3
+	r, batcher := f.redriver(), f.batcher()
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		problems  []error
+		abandoned []ledger.DeliveryID
+	)
+	report := func(err error, gone []ledger.DeliveryID) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			problems = append(problems, err)
+		}
+		abandoned = append(abandoned, gone...)
+	}
+	for w := range boundWriters {
+		wg.Go(func() {
+			for i := range boundPerWriter {
+				now := at(time.Duration(i*boundWriters+w+1) * time.Millisecond)
+				a := req(ledger.DeliveryID(fmt.Sprintf("w%d-%03d-a", w, i)), "host-a")
+				b := req(ledger.DeliveryID(fmt.Sprintf("w%d-%03d-b", w, i)), "host-b")
+				reqs := []ledger.EnqueueRequest{a, b}
+				if w%2 == 1 {
+					reqs = []ledger.EnqueueRequest{b, a}
+				}
+				rs, err := batcher.EnqueueBatch(f.ctx, reqs, now)
+				var gone []ledger.DeliveryID
+				for j, res := range rs {
+					if res.Outcome != ledger.OutcomeApplied {
+						err = errors.Join(err, fmt.Errorf("enqueue %s: %s", reqs[j].ID, res.Outcome))
+					}
+					gone = append(gone, res.Abandoned...)
+				}
+				report(err, gone)
+				if i%4 != 3 {
+					continue
+				}
+				rb, err := r.RedriveMatching(f.ctx, ledger.RedriveQuery{States: []ledger.DeliveryState{ledger.DeliveryStateExpired}, Limit: 2}, now)
+				gone = nil
+				for _, res := range rb.Results {
+					if res.Outcome != ledger.OutcomeApplied && res.Outcome != ledger.OutcomeRepeated {
+						err = errors.Join(err, fmt.Errorf("redrive %s: %s", res.Original.ID, res.Outcome))
+					}
+					gone = append(gone, res.Abandoned...)
+				}
+				report(err, gone)
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, problems)
+	all := f.all()
+	targetOf := map[ledger.DeliveryID]ledger.Target{}
+	redriven := 0
+	for _, d := range all {
+		targetOf[d.ID] = d.Target
+		if d.RedrivenFrom != "" {
+			redriven++
+		}
+	}
+	// Each report goes to its record's target, a repeated one twice.
+	byTarget := map[ledger.Target][]ledger.DeliveryID{}
+	for _, id := range abandoned {
+		target, ok := targetOf[id]
+		require.True(t, ok, "%s was reported abandoned and does not exist", id)
+		byTarget[target] = append(byTarget[target], id)
+	}
+	require.Positive(t, redriven, "the redrives sent some abandoned deliveries again")
+	for _, target := range []ledger.Target{"host-a", "host-b"} {
+		require.NoError(t, checkQueueBound(all, target, bound, byTarget[target]))
+	}
 }

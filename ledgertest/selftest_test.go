@@ -143,6 +143,7 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"NewDeliveryIsAbandonedWhenNothingOlderIsOffered",
 			"BatchSaysSoOnTheLastRequestOfTheTarget",
 			"ConcurrentEnqueuesNeverLeaveMoreThanTheBound",
+			"ConcurrentBatchesAndRedrivesNeverLeaveMoreThanTheBound",
 		}},
 		{mode: "lead-double-take", failed: []string{
 			"Leadership/HeldLeadIsWrongOwner",
