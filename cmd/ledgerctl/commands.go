@@ -258,7 +258,9 @@ func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env,
 			return err
 		}
 		defer closePool()
+		stop := e.during("expire-ceremony")
 		res, err := store.ExpireCeremony(ctx, ledger.CeremonyID(id), cs, time.Now())
+		stop()
 		// A batched sweep may fail after earlier batches committed: say
 		// what did change before the error.
 		changed := res.Changed

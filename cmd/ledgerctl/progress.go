@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -34,4 +35,41 @@ func (p *progress) report(format string, args ...any) {
 	}
 	p.last = now
 	fmt.Fprintf(p.e.stderr, "ledgerctl: %s: %s after %s\n", p.what, fmt.Sprintf(format, args...), now.Sub(p.start).Round(100*time.Millisecond))
+}
+
+// ticker is env.tick on the wall clock.
+func ticker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// during prints progress lines about what, paced by e.tick, until the
+// returned function is called: for a command whose work is one library
+// call that commits in batches of its own (expire's sweep) and says
+// nothing until it returns. The lines follow report's rule, so a call
+// that ends within a second prints none; the returned function waits for
+// the last line, so nothing is printed after it returns.
+func (e env) during(what string) (stop func()) {
+	if e.tick == nil {
+		return func() {}
+	}
+	p := e.progress(what)
+	ticks, stopTicks := e.tick(progressEvery)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticks:
+				p.report("still running")
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		stopTicks()
+	}
 }

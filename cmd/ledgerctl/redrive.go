@@ -381,7 +381,9 @@ func setupExpire(_ *flag.FlagSet, c *common) func(context.Context, env, []string
 		}
 		defer closePool()
 		now := ledger.Normalize(e.clock())
+		stop := e.during("expire")
 		res, err := store.Expire(ctx, now)
+		stop()
 		out := expireJSON{At: now, Changed: res.Changed}
 		if out.Changed == nil {
 			out.Changed = []ledger.DeliveryID{}

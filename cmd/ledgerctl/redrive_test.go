@@ -327,6 +327,42 @@ func (c *stepClock) read() time.Time {
 	return c.now
 }
 
+// TestProgressDuringOneCall: a command whose batches run inside one
+// library call prints the same lines, paced by the ticker, and none
+// after it stopped them.
+func TestProgressDuringOneCall(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	clock := &stepClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), step: 700 * time.Millisecond}
+	ticks := make(chan time.Time)
+	stopped := false
+	e := env{stderr: &stderr, clock: clock.read, tick: func(d time.Duration) (<-chan time.Time, func()) {
+		assert.Equal(t, progressEvery, d)
+		return ticks, func() { stopped = true }
+	}}
+	tick := func() {
+		select {
+		case ticks <- time.Time{}:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the progress loop took no tick")
+		}
+	}
+	stop := e.during("expire") // the clock reads 0.7s
+	tick()                     // 1.4s: 0.7s in, too soon
+	tick()                     // 2.1s: 1.4s in, the first line
+	tick()                     // 2.8s: within a second of it
+	stop()
+	assert.True(t, stopped, "the ticker is stopped")
+	assert.Equal(t, "ledgerctl: expire: still running after 1.4s\n", stderr.String())
+	select {
+	case ticks <- time.Time{}:
+		t.Fatal("a tick was taken after stop")
+	default:
+	}
+	// Without a ticker (the tests' in-process runs) nothing is started.
+	env{stderr: &stderr, clock: clock.read}.during("expire")()
+}
+
 func TestProgressLine(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer

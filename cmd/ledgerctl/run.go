@@ -40,6 +40,10 @@ type env struct {
 	getenv         func(string) string
 	// clock times the progress lines of batched commands (progress.go).
 	clock func() time.Time
+	// tick returns a channel that delivers every d, and the function that
+	// stops it; it paces the progress of a command whose batches run
+	// inside one library call (progress.go). Nil: no such lines.
+	tick func(d time.Duration) (<-chan time.Time, func())
 }
 
 // exitError carries an exit code and the message printed for it.
@@ -166,7 +170,7 @@ func group(word string) []string {
 // run is the whole program but for the process: it parses args, runs one
 // command and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, getenv: getenv, clock: time.Now})
+	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, getenv: getenv, clock: time.Now, tick: ticker})
 }
 
 // runEnv is run with its surroundings given whole.
