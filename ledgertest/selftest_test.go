@@ -36,6 +36,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	"claim-stale-token": func(t *testing.T) {
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return staleTokenOutbox{memstore.NewOutbox()} })
 	},
+	"claim-forget-metadata": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetMetadataOutbox{memstore.NewOutbox()} })
+	},
 	"ledger-intact": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return memstore.New() })
 	},
@@ -47,6 +50,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	},
 	"ledger-stale-token": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleTokenLedger{memstore.New()} })
+	},
+	"ledger-metadata-content": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return metadataContentLedger{memstore.New()} })
 	},
 }
 
@@ -97,10 +103,18 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"ClaimCompletions/ReleaseClaim/WrongSeqIsLeaseLost",
 			"ClaimCompletions/SaveClaimDeferred/StaleClaimIsLeaseLost",
 		}},
+		{mode: "claim-forget-metadata", failed: []string{
+			"Metadata/RoundTrips",
+			"Metadata/KeptByEveryTransition",
+		}},
 		{mode: "ledger-intact"},
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
 		{mode: "ledger-stale-token", failed: ledgerStaleTokenFailures},
+		{mode: "ledger-metadata-content", failed: []string{
+			"Metadata/NilAndEmptyAreTheSame",
+			"Metadata/IsNotContent",
+		}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
