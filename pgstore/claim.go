@@ -212,7 +212,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 	args := []any{now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
 		string(ledger.OpClaim), string(ledger.OutcomeApplied), !s.cfg.noHistory}
 	var r outboxRow
-	ptrs := pointers(r.columns()) // Scan writes every field of r, every row
+	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
 	scan := func(rows pgx.Rows) error {
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
@@ -354,7 +354,7 @@ func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger
 
 func scanEntry(row scanner) (ledger.OutboxEntry, error) {
 	var r outboxRow
-	if err := row.Scan(pointers(r.columns())...); err != nil {
+	if err := row.Scan(pointers(r.readColumns())...); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return r.entry(), nil
