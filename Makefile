@@ -48,5 +48,5 @@ lint: ## Fail if any file needs gofmt, then go vet
 demo: ## Run the fleet demo (cmd/ledgerdemo) on the in-memory store
 	$(GO) run ./cmd/ledgerdemo
 
-chaos: ## The full fault test: 10,000 deliveries and entries under injected faults (make test runs a short form)
-	$(GO) test -race -count=1 -timeout 30m ./internal/chaos -chaos.full
+chaos: ## The full fault test: 10,000 deliveries and entries under injected faults, printing each run's figures (make test runs a short form)
+	$(GO) test -race -count=1 -timeout 30m -v -run '^TestChaos(Memstore|PG)$$' ./internal/chaos -chaos.full

@@ -13,6 +13,11 @@ import (
 //
 // The methods without a now stamp UpdatedAt from the store's clock option;
 // decisions never depend on it.
+//
+// Entries come back without claim tokens (OutboxEntry.Redacted): from
+// FindByID, FindPending and FindRetryReady, and inside every result. Only
+// the Claim in ClaimedEntry.Claim, returned to the claiming worker,
+// carries its token.
 type OutboxStore interface {
 	// Enqueue adds an entry for env. The entry ID is derived from
 	// env.IdempotencyKey (see OutboxEntryIDFor), so the same key always
@@ -25,8 +30,10 @@ type OutboxStore interface {
 	// Save writes the mutable fields of entry (Status, Attempts,
 	// NextAttemptAt, LastError, Result, DeadLetterReason) when
 	// entry.Version equals the stored Version, and returns the stored
-	// entry. A stale Version, or an entry that already ended, answers
-	// ErrConflict; an unknown ID ErrNotFound.
+	// entry. A stale Version (any int64 the entry is not at), or an entry
+	// that already ended, answers ErrConflict; an unknown ID ErrNotFound;
+	// Attempts outside 0 to MaxCount ErrInvalid, before anything is
+	// written.
 	Save(ctx context.Context, entry OutboxEntry) (OutboxEntry, error)
 
 	// FindByID returns one entry in any status, or ErrNotFound.
@@ -114,13 +121,27 @@ type OutboxBatchEnqueuer interface {
 	EnqueueBatch(ctx context.Context, envs []Envelope) ([]OutboxResult, error)
 }
 
+// DueClaimer is implemented by claim stores that can claim, in one call,
+// what ClaimRetryReady and then ClaimPending would hand out. Detect it
+// with a type assertion; the dispatch package's Dispatcher uses it, when
+// its store has it, to take a cycle's work in one call instead of two.
+//
+// ClaimDue claims up to req.Limit entries: first the retry-ready ones,
+// earliest due first (then ID), then pending ones, oldest first, as
+// ClaimRetryReady followed by ClaimPending with the rest of the limit
+// would, but in one atomic step. The claims carry req's worker and
+// lease, like those of the two calls.
+type DueClaimer interface {
+	ClaimDue(ctx context.Context, req ClaimRequest) ([]ClaimedEntry, error)
+}
+
 // ClaimRenewer is implemented by claim stores that can extend a claim while
 // its worker is still emitting (a heartbeat). Detect it with a type
 // assertion.
 //
 // RenewClaim moves the expiry of the claim in force to now+duration,
 // keeping its token and sequence number; the returned Entry.Claim carries
-// the new expiry. It needs the current claim and now before its expiry.
+// the new expiry (and no token: the worker keeps its own claim). It needs the current claim and now before its expiry.
 // Outcomes: Applied, NotFound, Ended, LeaseLost, LeaseExpired.
 type ClaimRenewer interface {
 	RenewClaim(ctx context.Context, claim Claim, now time.Time, duration time.Duration) (OutboxResult, error)
@@ -223,6 +244,8 @@ type OutboxEntry struct {
 	Status   OutboxStatus  `json:"status"`
 	// Attempts counts emission attempts: claims granted, less those given
 	// back by ReleaseClaim, plus base completions made without a claim.
+	// It stops at MaxCount: a claim or completion at the bound applies
+	// and leaves it there.
 	Attempts int `json:"attempts"`
 	// NextAttemptAt is when a RetryScheduled or Deferred entry is due;
 	// zero otherwise.
@@ -234,7 +257,7 @@ type OutboxEntry struct {
 	ClaimSeq int64 `json:"claim_seq"`
 	// Claim is the claim in force; nil when unclaimed. A claim stays on an
 	// open entry after it expires, until the entry is claimed again or
-	// completed.
+	// completed. In an entry handed out by a store its Token is empty.
 	Claim *Claim `json:"claim,omitzero"`
 	// EndedClaim is how the latest claim ended while the entry stayed open.
 	EndedClaim *EndedGrant `json:"ended_claim,omitzero"`

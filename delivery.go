@@ -197,6 +197,20 @@ func (d Delivery) MarkProcessed(owner Owner, fence, highest *Fence, action Actio
 	return d, OutcomeApplied
 }
 
+// AcknowledgeProcessed is the step of AckProcessor on d: the
+// acknowledgement under lease and, when it applied, the processing by the
+// owner it recorded. highest is the highest fence already accepted for
+// d's target (nil: none). It returns the record after each step, and the
+// second step's outcome is "" when the first did not apply.
+func (d Delivery) AcknowledgeProcessed(lease Lease, observation string, fence, highest *Fence, action ActionRef, now time.Time) (acked Delivery, ackOutcome Outcome, done Delivery, doneOutcome Outcome) {
+	acked, ackOutcome = d.Acknowledge(lease, observation, now)
+	if ackOutcome != OutcomeApplied {
+		return acked, ackOutcome, acked, ""
+	}
+	done, doneOutcome = acked.MarkProcessed(acked.Ack.Owner, fence, highest, action, now)
+	return acked, ackOutcome, done, doneOutcome
+}
+
 // RaiseFence returns the target's new high-water mark after a fence was
 // accepted: the larger of highest and fence (either may be nil).
 func RaiseFence(highest, fence *Fence) *Fence {
@@ -207,13 +221,14 @@ func RaiseFence(highest, fence *Fence) *Fence {
 	return &f
 }
 
-// RecordActivation notes what a push or wake-up did; the state is unchanged.
+// RecordActivation notes what a push or wake-up did; the state is
+// unchanged. Activations counts up to MaxCount and stays there.
 func (d Delivery) RecordActivation(a Activation, now time.Time) (Delivery, Outcome) {
 	now = Normalize(now)
 	if d.State.Terminal() {
 		return d, OutcomeEnded
 	}
-	d.Activations++
+	d.Activations = addCount(d.Activations)
 	d.LastActivation = &a
 	d.LastActivationAt = now
 	d.touch(now)
@@ -400,6 +415,15 @@ func (d *Delivery) end(state DeliveryState, now time.Time) {
 func (d *Delivery) touch(now time.Time) {
 	d.UpdatedAt = now
 	d.Version++
+}
+
+// addCount returns n+1, or n when n is at MaxCount: no transition takes
+// a count past what both stores hold.
+func addCount(n int) int {
+	if n >= MaxCount {
+		return n
+	}
+	return n + 1
 }
 
 func clonePayload(p []byte) []byte {

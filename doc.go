@@ -57,4 +57,14 @@
 // once. A crashed holder strands nothing: its lease expires and the work is
 // offered again. Claims reduce duplicate selection among outbox workers but
 // do not make provider delivery exactly-once.
+//
+// A lease or claim token is a capability: only the Lease or Claim returned
+// to the grantee carries it, and every record a store hands out shows the
+// holder, sequence number and times of a grant but never its token (see
+// Token and Delivery.Redacted); JSON never includes one. Every number a
+// caller sets is bounded by what both stores hold (MaxCount, MaxLimit,
+// MaxLeaseDuration, MaxPolicyDuration, MaxAttemptsLimit), and no
+// transition takes a count past its bound. Names refuse characters that
+// do not show as themselves (Invisible), so that look-alike names are one
+// name.
 package ledger

@@ -22,14 +22,54 @@ import (
 // so that the check is independent of the validator's.
 func fuzzControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
+// fuzzInvisibleRanges lists, by hand from the Unicode 15 character
+// database, the characters names refuse beside the control ones: format
+// characters (Cf), spaces other than U+0020 (Zs), the line and paragraph
+// separators (Zl, Zp), variation selectors, the other default-ignorable
+// code points, and the blank braille pattern.
+var fuzzInvisibleRanges = [][2]rune{
+	// Cf
+	{0x00AD, 0x00AD}, {0x0600, 0x0605}, {0x061C, 0x061C}, {0x06DD, 0x06DD}, {0x070F, 0x070F},
+	{0x0890, 0x0891}, {0x08E2, 0x08E2}, {0x180E, 0x180E}, {0x200B, 0x200F}, {0x202A, 0x202E},
+	{0x2060, 0x2064}, {0x2066, 0x206F}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0x110BD, 0x110BD},
+	{0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A},
+	{0xE0001, 0xE0001}, {0xE0020, 0xE007F},
+	// Zs but U+0020, Zl, Zp
+	{0x00A0, 0x00A0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F},
+	{0x205F, 0x205F}, {0x3000, 0x3000},
+	// Variation selectors
+	{0x180B, 0x180D}, {0x180F, 0x180F}, {0xFE00, 0xFE0F}, {0xE0100, 0xE01EF},
+	// Other default-ignorable code points: the combining grapheme joiner,
+	// Hangul fillers, Khmer inherent vowels, reserved ranges.
+	{0x034F, 0x034F}, {0x115F, 0x1160}, {0x17B4, 0x17B5}, {0x2065, 0x2065}, {0x3164, 0x3164},
+	{0xFFA0, 0xFFA0}, {0xFFF0, 0xFFF8}, {0xE0000, 0xE0000}, {0xE0002, 0xE001F},
+	{0xE0080, 0xE00FF}, {0xE01F0, 0xE0FFF},
+	// BRAILLE PATTERN BLANK
+	{0x2800, 0x2800},
+}
+
+// fuzzInvisible reports whether names refuse r: a control character or
+// one of fuzzInvisibleRanges.
+func fuzzInvisible(r rune) bool {
+	if fuzzControl(r) {
+		return true
+	}
+	for _, rg := range fuzzInvisibleRanges {
+		if r >= rg[0] && r <= rg[1] {
+			return true
+		}
+	}
+	return false
+}
+
 // fuzzNameOK re-derives the name rule: 1 to 255 bytes of valid UTF-8 with no
-// control characters.
+// control, format or other invisible characters.
 func fuzzNameOK(s string) bool {
 	if len(s) < 1 || len(s) > 255 || !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if fuzzControl(r) {
+		if fuzzInvisible(r) {
 			return false
 		}
 	}
@@ -269,6 +309,9 @@ func FuzzPolicyBackoff(f *testing.F) {
 
 func FuzzValidateSave(f *testing.F) {
 	f.Add("e-1", "pending", false, int64(0), int64(0), 1, int64(1), false, "", "", false, "", "", "")
+	// The largest attempts count both stores hold (PostgreSQL integer), and one more.
+	f.Add("e-1", "pending", false, int64(0), int64(0), 1<<31-1, int64(1), false, "", "", false, "", "", "")
+	f.Add("e-1", "pending", false, int64(0), int64(0), 1<<31, int64(1), false, "", "", false, "", "", "")
 	f.Fuzz(func(t *testing.T, id, status string, nextZero bool, nextSec, nextNsec int64, attempts int, version int64,
 		hasErr bool, errCode, errMsg string, hasResult bool, ref, detail, deadLetter string,
 	) {
@@ -285,7 +328,7 @@ func FuzzValidateSave(f *testing.F) {
 		err := ValidateSave(in)
 		scheduled := status == "retry_scheduled" || status == "deferred"
 		known := scheduled || status == "pending" || status == "delivered" || status == "failed" || status == "dead_lettered"
-		ok := fuzzNameOK(id) && known && (!scheduled || fuzzDueOK(in.NextAttemptAt)) && attempts >= 0 &&
+		ok := fuzzNameOK(id) && known && (!scheduled || fuzzDueOK(in.NextAttemptAt)) && attempts >= 0 && attempts <= 1<<31-1 &&
 			(!hasErr || ((errCode == "" || fuzzNameOK(errCode)) && fuzzTextOK(errMsg))) &&
 			(!hasResult || ((ref == "" || fuzzNameOK(ref)) && fuzzTextOK(detail))) && fuzzTextOK(deadLetter)
 		if ok != (err == nil) {

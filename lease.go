@@ -22,6 +22,13 @@ func (o Owner) String() string { return o.Agent + "/" + o.Incarnation }
 // Token is the secret part of a lease or claim. It comes from a
 // cryptographic random source, so it cannot be guessed from an ID, a time or
 // another token; only the caller that was granted it can act on the lease.
+//
+// A token is a capability: whoever holds it can act as the holder. So only
+// the Lease or Claim value returned to the grantee (by Ledger.Lease or a
+// claim) carries it. Every record a store hands out (Get, List, FindByID,
+// FindPending, FindRetryReady, the record inside every result) shows who
+// holds a lease or claim, its sequence number and its times, never its
+// token (see Delivery.Redacted), and JSON never includes one.
 type Token string
 
 // NewToken returns a fresh random token (128 bits, base32 text). Stores call
@@ -40,10 +47,17 @@ func NewToken() Token { return Token(rand.Text()) }
 // The caller's clock is trusted: a worker whose clock runs slow keeps acting
 // on an expired lease until someone else takes the delivery. The token, the
 // sequence number and the processing fence are the hard guards, not time.
+//
+// Only the Lease that Ledger.Lease returns to the grantee (in
+// LeasedDelivery.Lease) carries the Token; keep it, and pass it back to
+// Acknowledge, MarkFailed, Release and RenewLease. The Lease inside a
+// Delivery read back from a store has an empty Token: it says who holds
+// the delivery, under which sequence number and until when, and cannot
+// be used to act on it. Token is never written to JSON.
 type Lease struct {
 	DeliveryID DeliveryID `json:"delivery_id"`
 	Owner      Owner      `json:"owner"`
-	Token      Token      `json:"token"`
+	Token      Token      `json:"-"`
 	Seq        int64      `json:"seq"`
 	GrantedAt  time.Time  `json:"granted_at,omitzero"`
 	ExpiresAt  time.Time  `json:"expires_at,omitzero"`
@@ -66,10 +80,15 @@ func (l Lease) sameGrant(other Lease) bool {
 // workers, but they do not make provider delivery exactly-once. A worker
 // that stalls past ExpiresAt can still be emitting when another worker
 // claims the entry again.
+//
+// Only the Claim that ClaimPending or ClaimRetryReady returns to the
+// worker (in ClaimedEntry.Claim) carries the Token; the Claim inside an
+// OutboxEntry read back from a store has an empty one, and Token is never
+// written to JSON (see Lease).
 type Claim struct {
 	EntryID   OutboxEntryID `json:"entry_id"`
 	Worker    string        `json:"worker"`
-	Token     Token         `json:"token"`
+	Token     Token         `json:"-"`
 	Seq       int64         `json:"seq"`
 	ClaimedAt time.Time     `json:"claimed_at,omitzero"`
 	ExpiresAt time.Time     `json:"expires_at,omitzero"`
@@ -127,8 +146,10 @@ func (op Operation) Valid() bool {
 // EndedGrant remembers how a record's most recent lease or claim ended while
 // the record stays open, so that a call repeated under that grant answers
 // OutcomeRepeated instead of OutcomeLeaseLost. The next grant clears it.
+// Stores keep its Token to recognise the repeat; records handed out carry
+// it empty, and JSON never includes it.
 type EndedGrant struct {
-	Token Token `json:"token"`
+	Token Token `json:"-"`
 	Seq   int64 `json:"seq"`
 	// Op is the operation that ended the grant.
 	Op Operation `json:"op"`

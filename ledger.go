@@ -15,6 +15,11 @@ import (
 // result; an error means the call was malformed (ErrInvalid) or the store
 // failed. A call that does not apply writes nothing.
 //
+// Records come back without lease tokens (Delivery.Redacted): from Get and
+// List, and inside every result. Only the Lease in LeasedDelivery.Lease,
+// returned to the grantee by Lease, carries its token; a lease cannot be
+// rebuilt from a record someone read.
+//
 // Implementations must be safe for concurrent use and must pass
 // ledgertest.TestLedger.
 type Ledger interface {
@@ -108,11 +113,13 @@ type Ledger interface {
 	// with the previous target and close normally.
 	Supersede(ctx context.Context, previous, replacement Target, mode FollowMode, now time.Time) (SupersedeResult, error)
 
-	// Get returns one delivery in any state, or ErrNotFound.
+	// Get returns one delivery in any state, without lease tokens, or
+	// ErrNotFound.
 	Get(ctx context.Context, id DeliveryID) (Delivery, error)
 
-	// List returns one page of deliveries matching q, in ID order (byte
-	// order), with an opaque cursor for the next page. Records inserted
+	// List returns one page of deliveries matching q, without lease
+	// tokens, in ID order (byte order), with an opaque cursor for the next
+	// page. Records inserted
 	// while paging appear on a later page when their ID sorts after the
 	// cursor; no record appears twice.
 	List(ctx context.Context, q ListQuery) (Page, error)
@@ -129,12 +136,33 @@ type BatchEnqueuer interface {
 	EnqueueBatch(ctx context.Context, reqs []EnqueueRequest, now time.Time) ([]DeliveryResult, error)
 }
 
+// AckProcessor is implemented by ledgers that can acknowledge a leased
+// delivery and mark it processed in one call, for a holder that did its
+// work before acknowledging (as the dispatch package's Worker does).
+// Detect it with a type assertion; the Worker uses it when its ledger has
+// it.
+//
+// AcknowledgeProcessed does what Acknowledge(lease, observation, now) and
+// then, when that applied, MarkProcessed(id, owner, fence, action, now)
+// would do, for the delivery of lease and the owner that acknowledged it,
+// and answers both: ack is Acknowledge's answer, and processed is
+// MarkProcessed's, or the zero DeliveryResult when the acknowledgement did
+// not apply (nothing more was tried). The records, outcomes and history
+// are those of the two calls made one after the other at now. A store may
+// apply both in one transaction; one that applies them in two answers
+// each as the separate call would have, and an error after an applied
+// acknowledgement comes with that acknowledgement's answer.
+type AckProcessor interface {
+	AcknowledgeProcessed(ctx context.Context, lease Lease, observation string, fence *Fence, action ActionRef, now time.Time) (ack, processed DeliveryResult, err error)
+}
+
 // Renewer is implemented by ledgers that can extend a lease while its
 // holder is still working (a heartbeat). Detect it with a type assertion.
 //
 // RenewLease moves the expiry of the lease in force to now+duration,
 // keeping its token and sequence number; the returned Delivery.Lease
-// carries the new expiry. Like Acknowledge it needs the current lease and
+// carries the new expiry (and, like every record handed out, no token:
+// the caller keeps using its own lease, with the new ExpiresAt). Like Acknowledge it needs the current lease and
 // now before its expiry: a lease that ran out is not revived, since someone
 // else may already be entitled to the work. Only Leased deliveries renew;
 // an acknowledged one is governed by its acknowledgement deadline.
@@ -216,7 +244,7 @@ const (
 func (m FollowMode) Valid() bool { return m == Follow || m == LeaveBehind }
 
 // CauseKind names why a delivery ended as Expired. Callers may use their
-// own kinds (1 to 255 bytes, no control characters) beside these.
+// own kinds (a name: see ValidateName) beside these.
 type CauseKind string
 
 // Cause kinds the ledger itself uses, and common ones for callers.
@@ -373,17 +401,19 @@ type Delivery struct {
 	AvailableAt time.Time `json:"available_at,omitzero"`
 	// LeaseSeq is the sequence number of the latest grant (0: never leased).
 	LeaseSeq int64 `json:"lease_seq"`
-	// Lease is the grant in force; nil unless Leased or Acknowledged.
+	// Lease is the grant in force; nil unless Leased or Acknowledged. In
+	// a record handed out by a store its Token is empty (see Token).
 	Lease *Lease `json:"lease,omitzero"`
 	// EndedLease is how the latest grant ended while the delivery stayed
-	// open; nil once leased again or ended.
+	// open; nil once leased again or ended. Its Token, too, stays inside
+	// the store.
 	EndedLease *EndedGrant `json:"ended_lease,omitzero"`
 	// Ack is set once acknowledged.
 	Ack *Acknowledgement `json:"ack,omitzero"`
 	// Processing is set once processed.
 	Processing *Processing `json:"processing,omitzero"`
-	// Activations counts RecordActivation calls; LastActivation and
-	// LastActivationAt describe the latest.
+	// Activations counts RecordActivation calls, up to MaxCount;
+	// LastActivation and LastActivationAt describe the latest.
 	Activations      int         `json:"activations"`
 	LastActivation   *Activation `json:"last_activation,omitzero"`
 	LastActivationAt time.Time   `json:"last_activation_at,omitzero"`

@@ -93,7 +93,8 @@ func (e OutboxEntry) RetryBefore(other OutboxEntry) bool {
 }
 
 // Grant claims e for worker until now+duration under token, counting an
-// attempt. e must be PendingClaimable or RetryClaimable at now.
+// attempt (an entry already at MaxCount attempts stays there). e must be
+// PendingClaimable or RetryClaimable at now.
 func (e OutboxEntry) Grant(worker string, token Token, now time.Time, duration time.Duration) (OutboxEntry, Claim) {
 	now = Normalize(now)
 	e.ClaimSeq++
@@ -107,7 +108,7 @@ func (e OutboxEntry) Grant(worker string, token Token, now time.Time, duration t
 	}
 	e.Claim = &c
 	e.EndedClaim = nil
-	e.Attempts++
+	e.Attempts = addCount(e.Attempts)
 	e.touch(now)
 	return e, c
 }
@@ -176,7 +177,7 @@ func (e OutboxEntry) deadLettered(emissionErr EmissionError, reason string) Outb
 // complete applies a base completion (no claim check). An entry already in
 // the target terminal status comes back unchanged; one that ended otherwise
 // is ErrConflict. Without a claim in force the completion counts an
-// attempt; with one, the claim already counted it.
+// attempt (up to MaxCount); with one, the claim already counted it.
 func (e OutboxEntry) complete(target OutboxEntry, op Operation, now time.Time) (OutboxEntry, error) {
 	if e.Status.Terminal() {
 		if e.Status == target.Status && !target.Status.Scheduled() {
@@ -185,7 +186,7 @@ func (e OutboxEntry) complete(target OutboxEntry, op Operation, now time.Time) (
 		return e, fmt.Errorf("%w: outbox entry %s already ended as %s", ErrConflict, e.ID, e.Status)
 	}
 	if e.Claim == nil {
-		e.Attempts++
+		e.Attempts = addCount(e.Attempts)
 	}
 	e = e.apply(target, op, now)
 	// A base completion is not a call made under the claim, so the holder's

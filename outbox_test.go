@@ -124,19 +124,111 @@ func TestRenewClaim(t *testing.T) {
 }
 
 func TestRecordsRoundTripThroughJSON(t *testing.T) {
-	all, _ := fixtures(t)
+	all, lease := fixtures(t)
 	for state, d := range all {
 		raw, err := json.Marshal(d)
 		require.NoError(t, err)
+		assert.NotContains(t, string(raw), string(lease.Token), "%s delivery: JSON never carries a token", state)
 		var back Delivery
 		require.NoError(t, json.Unmarshal(raw, &back))
-		assert.Equal(t, d, back, "%s delivery", state)
+		assert.Equal(t, d.Redacted(), back, "%s delivery", state)
 	}
-	e, _ := newEntry().Grant("w1", "tok", t0, time.Minute)
+	e, claim := newEntry().Grant("w1", "tok-secret", t0, time.Minute)
 	raw, err := json.Marshal(e)
 	require.NoError(t, err)
 	assert.Contains(t, string(raw), `"idempotency_key":"k1"`, "stable snake_case keys")
 	var back OutboxEntry
 	require.NoError(t, json.Unmarshal(raw, &back))
-	assert.Equal(t, e, back)
+	assert.Equal(t, e.Redacted(), back)
+	for _, v := range []any{e, claim, &e.Claim} {
+		raw, err := json.Marshal(v)
+		require.NoError(t, err)
+		assert.NotContains(t, string(raw), "tok-secret", "JSON never carries a token: %s", raw)
+	}
+	ended, _ := e.ReleaseClaim(claim, t0)
+	raw, err = json.Marshal(ended)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "tok-secret", "nor the token of an ended claim")
+}
+
+func TestRedactedKeepsEverythingButTheTokens(t *testing.T) {
+	e, claim := newEntry().Grant("w1", "tok", t0, time.Minute)
+	r := e.Redacted()
+	require.NotNil(t, r.Claim)
+	assert.Empty(t, r.Claim.Token)
+	assert.Equal(t, ledgerClaimWithout(claim), *r.Claim, "holder, sequence and times stay")
+	assert.Equal(t, Token("tok"), e.Claim.Token, "the record redacted is untouched")
+	assert.Equal(t, Token("tok"), claim.Token, "and so is the grantee's claim")
+	_, o := e.MarkClaimDelivered(Claim{EntryID: r.ID, Worker: r.Claim.Worker, Token: r.Claim.Token, Seq: r.Claim.Seq}, EmissionResult{}, t0)
+	assert.Equal(t, OutcomeLeaseLost, o, "a claim built from a redacted record does not act")
+
+	released, _ := e.ReleaseClaim(claim, t0)
+	require.NotNil(t, released.EndedClaim)
+	assert.Empty(t, released.Redacted().EndedClaim.Token)
+	assert.Equal(t, Token("tok"), released.EndedClaim.Token)
+
+	all, lease := fixtures(t)
+	for state, d := range all {
+		r := d.Redacted()
+		if d.Lease != nil {
+			assert.Empty(t, r.Lease.Token, state)
+			assert.Equal(t, d.Lease.Seq, r.Lease.Seq, state)
+			assert.Equal(t, d.Lease.Owner, r.Lease.Owner, state)
+			assert.Equal(t, d.Lease.ExpiresAt, r.Lease.ExpiresAt, state)
+			assert.Equal(t, lease.Token, d.Lease.Token, "%s: the record redacted is untouched", state)
+			forged := Lease{DeliveryID: d.ID, Owner: r.Lease.Owner, Token: r.Lease.Token, Seq: r.Lease.Seq}
+			_, o := d.Acknowledge(forged, "", t0)
+			assert.NotEqual(t, OutcomeApplied, o, "%s: a lease built from a redacted record does not act", state)
+		}
+		if d.EndedLease != nil {
+			assert.Empty(t, r.EndedLease.Token, state)
+			assert.Equal(t, d.EndedLease.Op, r.EndedLease.Op, state)
+		}
+	}
+}
+
+func ledgerClaimWithout(c Claim) Claim { c.Token = ""; return c }
+
+// TestCountsSaturateAtMaxCount: no transition takes a count past what both
+// stores hold; the call still applies.
+func TestCountsSaturateAtMaxCount(t *testing.T) {
+	e := newEntry()
+	e.Attempts = MaxCount
+	granted, claim := e.Grant("w1", "tok", t0, time.Minute)
+	assert.Equal(t, MaxCount, granted.Attempts, "a claim at the bound")
+	assert.Equal(t, e.Version+1, granted.Version)
+	released, o := granted.ReleaseClaim(claim, t0)
+	require.Equal(t, OutcomeApplied, o)
+	assert.Equal(t, MaxCount-1, released.Attempts)
+
+	e.Attempts = MaxCount - 1
+	granted, _ = e.Grant("w1", "tok", t0, time.Minute)
+	assert.Equal(t, MaxCount, granted.Attempts, "a claim one below the bound reaches it")
+
+	e.Attempts = MaxCount
+	done, err := e.MarkDelivered(EmissionResult{}, t0)
+	require.NoError(t, err)
+	assert.Equal(t, MaxCount, done.Attempts, "a base completion at the bound")
+
+	all, _ := fixtures(t)
+	d := all[DeliveryStateOffered]
+	d.Activations = MaxCount
+	a, o := d.RecordActivation(Activation{Result: ActivationDelivered}, t0)
+	require.Equal(t, OutcomeApplied, o)
+	assert.Equal(t, MaxCount, a.Activations)
+	assert.Equal(t, d.Version+1, a.Version, "the call still applies")
+}
+
+func TestSaveBoundsAttempts(t *testing.T) {
+	e := newEntry()
+	e.Attempts = MaxCount
+	assert.NoError(t, ValidateSave(e))
+	for _, n := range []int{-1, MaxCount + 1} {
+		e.Attempts = n
+		err := ValidateSave(e)
+		require.ErrorIs(t, err, ErrInvalid, n)
+		var ie *InvalidError
+		require.ErrorAs(t, err, &ie)
+		assert.Equal(t, "attempts", ie.Field)
+	}
 }

@@ -20,14 +20,35 @@ const (
 	// MaxTextBytes bounds free text: reasons, details, observations.
 	MaxTextBytes = 4 << 10
 	// DefaultMaxPayload is the default payload limit; stores make it
-	// configurable.
+	// configurable, up to MaxPayloadLimit.
 	DefaultMaxPayload = 1 << 20
+	// MaxPayloadLimit bounds the payload limit a store may be configured
+	// with, the same for every store: PostgreSQL's bytea holds at most
+	// 1 GiB, and a payload that large belongs in object storage anyway.
+	MaxPayloadLimit = 256 << 20
 	// MaxLimit bounds every limit, page size and batch length.
 	MaxLimit = 1000
+	// MaxCount bounds every count a record keeps (OutboxEntry.Attempts,
+	// Delivery.Attempts, Delivery.Activations): the largest value both
+	// stores hold (PostgreSQL's integer). A count a caller sets (Save's
+	// Attempts) above it is ErrInvalid, and no transition takes a count
+	// past it: a claim or base completion of an entry already at
+	// MaxCount attempts, or an activation of a delivery at MaxCount
+	// activations, applies as usual and leaves the count at MaxCount.
+	// (A delivery's attempts never come near it: they stop at its
+	// policy's MaxAttempts, at most MaxAttemptsLimit.)
+	//
+	// Versions and lease and claim sequence numbers are int64 in both
+	// stores and grow by one per transition; no caller sets them, and at
+	// a billion transitions a second they would need centuries to reach
+	// their bound.
+	MaxCount = 1<<31 - 1
 )
 
 // ValidateName checks an identifier-like value: 1 to MaxNameBytes bytes of
-// valid UTF-8 with no control characters.
+// valid UTF-8 without any character Invisible reports (control, format
+// and other invisible characters), so that two names that look alike are
+// the same name.
 func ValidateName(field, s string) error {
 	switch {
 	case s == "":
@@ -39,7 +60,32 @@ func ValidateName(field, s string) error {
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
 		return invalid(field, "must not contain control characters")
 	}
+	if i := strings.IndexFunc(s, Invisible); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return invalid(field, "must not contain format or invisible characters, got %U at byte %d", r, i)
+	}
 	return nil
+}
+
+// Invisible reports whether r is a character that names refuse because
+// it shows as nothing, or as something it is not: control characters;
+// format characters (Unicode category Cf: zero-width spaces and joiners,
+// bidirectional marks and overrides such as U+202E, the byte order mark,
+// the soft hyphen, tag characters); line and paragraph separators; spaces
+// other than U+0020, which pass for it; variation selectors, fillers and
+// the other default-ignorable code points; and the blank braille pattern.
+// Letters, marks, digits, punctuation, symbols and the ASCII space are
+// visible. Tools that print records (ledgerctl) escape what it reports.
+func Invisible(r rune) bool {
+	switch {
+	case r == ' ':
+		return false
+	case unicode.IsControl(r),
+		unicode.In(r, unicode.Cf, unicode.Zs, unicode.Zl, unicode.Zp,
+			unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point):
+		return true
+	}
+	return r == '\u2800' // BRAILLE PATTERN BLANK
 }
 
 // validateOptionalName is ValidateName for a value that may be empty.
@@ -217,6 +263,17 @@ func ValidateMarkProcessed(id DeliveryID, owner Owner, fence *Fence, action Acti
 	)
 }
 
+// ValidateAcknowledgeProcessed checks the arguments of
+// AckProcessor.AcknowledgeProcessed: those of Acknowledge, then the fence
+// and the action of MarkProcessed.
+func ValidateAcknowledgeProcessed(lease Lease, observation string, fence *Fence, action ActionRef, now time.Time) error {
+	var fenceErr error
+	if fence != nil && *fence < 0 {
+		fenceErr = invalid("fence", "must not be negative")
+	}
+	return first(ValidateAcknowledge(lease, observation, now), fenceErr, ValidateName("action", string(action)))
+}
+
 // ValidateRecordActivation checks the arguments of Ledger.RecordActivation.
 func ValidateRecordActivation(id DeliveryID, a Activation, now time.Time) error {
 	var resultErr error
@@ -375,8 +432,8 @@ func validateEntryFields(e OutboxEntry) error {
 		nextErr = validatePastOK("next attempt at", e.NextAttemptAt)
 	}
 	var attemptsErr error
-	if e.Attempts < 0 {
-		attemptsErr = invalid("attempts", "must not be negative")
+	if e.Attempts < 0 || e.Attempts > MaxCount {
+		attemptsErr = invalid("attempts", "must be between 0 and %d, got %d", MaxCount, e.Attempts)
 	}
 	var errErr, resErr error
 	if e.LastError != nil {

@@ -3,9 +3,11 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,4 +91,36 @@ func TestInvalidErrorMessageNamesTheField(t *testing.T) {
 	require.True(t, errors.As(err, &ie))
 	assert.Equal(t, "lease duration", ie.Field)
 	assert.NotEmpty(t, ie.Reason)
+}
+
+// TestInvisibleEveryCodePoint compares Invisible with the table written
+// out by hand in fuzz_test.go over every code point, so that a change of
+// either (or of Go's Unicode tables) is seen and decided on.
+func TestInvisibleEveryCodePoint(t *testing.T) {
+	var diff []string
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if Invisible(r) != fuzzInvisible(r) {
+			diff = append(diff, fmt.Sprintf("%U (Invisible %v)", r, Invisible(r)))
+		}
+	}
+	assert.Empty(t, diff, "Invisible and the hand-written table disagree")
+}
+
+func TestNamesRejectInvisibleCharacters(t *testing.T) {
+	for name, s := range map[string]string{
+		"right-to-left override": "x1\u202e", "zero-width space": "x1\u200b", "zero-width joiner": "a\u200db",
+		"byte order mark": "\ufeffx", "soft hyphen": "a\u00adb", "no-break space": "a\u00a0b",
+		"ideographic space": "a\u3000b", "line separator": "a\u2028b", "Hangul filler": "a\u3164b",
+		"variation selector": "a\ufe0fb", "braille blank": "a\u2800b", "tag character": "a\U000E0041b",
+		"combining grapheme joiner": "a\u034fb",
+	} {
+		err := ValidateName("target", s)
+		require.ErrorIs(t, err, ErrInvalid, name)
+		var ie *InvalidError
+		require.ErrorAs(t, err, &ie)
+		assert.Equal(t, "target", ie.Field, name)
+	}
+	for _, ok := range []string{"x1", "a b", "order-42", "Zürich", "東京", "e\u0301", "emoji-\u2603"} {
+		assert.NoError(t, ValidateName("target", ok), "%q", ok)
+	}
 }

@@ -143,7 +143,8 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	return c.stats, errors.Join(claimErr, errors.Join(c.errs...), ctx.Err())
 }
 
-// claim claims retry-ready entries, then pending ones, up to the batch size.
+// claim claims retry-ready entries, then pending ones, up to the batch
+// size: in one call when the store is a ledger.DueClaimer.
 func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry, error) {
 	req := ledger.ClaimRequest{
 		Worker:        d.cfg.worker,
@@ -151,12 +152,19 @@ func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry
 		LeaseDuration: d.cfg.leaseDuration,
 		Limit:         d.cfg.batchSize,
 	}
-	claimed, err := d.store.ClaimRetryReady(ctx, req)
-	if err == nil && len(claimed) < req.Limit {
-		req.Limit -= len(claimed)
-		var more []ledger.ClaimedEntry
-		more, err = d.store.ClaimPending(ctx, req)
-		claimed = append(claimed, more...)
+	var claimed []ledger.ClaimedEntry
+	var err error
+	if due, ok := d.store.(ledger.DueClaimer); ok {
+		// Both kinds in one call: a cycle costs one claim, not two.
+		claimed, err = due.ClaimDue(ctx, req)
+	} else {
+		claimed, err = d.store.ClaimRetryReady(ctx, req)
+		if err == nil && len(claimed) < req.Limit {
+			req.Limit -= len(claimed)
+			var more []ledger.ClaimedEntry
+			more, err = d.store.ClaimPending(ctx, req)
+			claimed = append(claimed, more...)
+		}
 	}
 	if err != nil {
 		c.record(ctx, Event{Kind: EventStoreError, Err: err, Worker: d.cfg.worker})

@@ -10,7 +10,8 @@
 //
 // A Dispatcher works over any ledger.ClaimStore. Each poll cycle
 // (RunOnce) claims up to a batch of due entries (retry-ready ones first,
-// then pending ones), emits them through the Emitter with bounded
+// then pending ones; in one call when the store is a ledger.DueClaimer, as
+// both stores are), emits them through the Emitter with bounded
 // concurrency, and completes each under its claim token:
 //
 //   - success: MarkClaimDelivered;
@@ -79,9 +80,9 @@
 // other's entries. One per process is usually right, sized with
 // WithConcurrency for the provider's latency and WithBatchSize for the
 // database; add processes for availability rather than throughput. Every
-// cycle costs two claim queries even when idle, so with N dispatchers the
-// idle load is about 2N queries per poll interval: keep N and the interval
-// in proportion. Give each dispatcher its own worker name (the default is
+// cycle costs a claim query even when idle (two on a store that is no
+// ledger.DueClaimer), so with N dispatchers the idle load is about N
+// queries per poll interval: keep N and the interval in proportion. Give each dispatcher its own worker name (the default is
 // random) so that logs and claims say who held what.
 //
 // # The Worker
@@ -93,7 +94,8 @@
 //
 //   - Lease, then Handle;
 //   - on a Decision to process: Acknowledge, then MarkProcessed (with the
-//     Decision's fence or the FenceSource's);
+//     Decision's fence or the FenceSource's), in one call when the ledger
+//     is a ledger.AckProcessor, as both stores are;
 //   - on a Decision to release: Release (the attempt is not counted);
 //   - on an error, a panic or a FenceSource error: MarkFailed (permanent
 //     when the error is wrapped by Permanent).

@@ -131,8 +131,10 @@ func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, c
 				c.record(ctx, ev)
 				return false
 			default:
+				// The entry shows the new expiry; the token stays the one
+				// this dispatcher was granted (entries carry none).
 				if res.Entry.Claim != nil {
-					claim = *res.Entry.Claim
+					claim.ExpiresAt = res.Entry.Claim.ExpiresAt
 				}
 			}
 			c.record(ctx, ev)

@@ -15,10 +15,10 @@ import (
 	"github.com/leaseledger/ledger/memstore"
 )
 
-// renewingOutbox adds ledger.ClaimRenewer to a memstore outbox by
-// applying the root state machine to the stored entry. It does not store
-// the renewed expiry (memstore offers no way to), which these tests do not
-// need: they check what the dispatcher does with each answer.
+// renewingOutbox overrides memstore's ledger.ClaimRenewer by applying the
+// root state machine to the stored entry without storing the renewed
+// expiry, so that a renewal past the first expiry answers LeaseExpired:
+// these tests check what the dispatcher does with each answer.
 type renewingOutbox struct {
 	*memstore.Outbox
 	mu     sync.Mutex
@@ -49,8 +49,14 @@ func (s *renewingOutbox) RenewClaim(ctx context.Context, claim ledger.Claim, now
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}
+	// Entries read back carry no token: the stored claim of the same
+	// sequence number is the one in force, and gets the caller's token.
+	if e.Claim != nil && e.Claim.Seq == claim.Seq && e.Claim.EntryID == claim.EntryID {
+		e.Claim.Token = claim.Token
+	}
 	e, out := e.RenewClaim(claim, now, d)
-	return ledger.OutboxResult{Outcome: out, Entry: e}, nil
+	// Like every store, it hands the entry out without the token.
+	return ledger.OutboxResult{Outcome: out, Entry: e.Redacted()}, nil
 }
 
 func (s *renewingOutbox) Calls() int {

@@ -98,7 +98,8 @@ type WorkerStats struct {
 // on the answer:
 //
 //   - a Decision to process: the fence (Decision.Fence or the
-//     FenceSource), then Acknowledge, then MarkProcessed;
+//     FenceSource), then Acknowledge, then MarkProcessed (in one call,
+//     AcknowledgeProcessed, when the ledger is a ledger.AckProcessor);
 //   - a Decision to release: Release (the attempt is not counted);
 //   - an error (or a panic, or a FenceSource error): MarkFailed, permanent
 //     when the error is wrapped by Permanent.
@@ -460,14 +461,27 @@ func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out han
 		res, err := w.ledger.Release(ctx, ld.Lease, w.cfg.clock())
 		c.completed(ctx, ld, EventReleased, res, err, dur, nil)
 	default:
+		action := ledger.ActionRef(sanitizeName(string(out.dec.Action)))
+		if action == "" {
+			action = DefaultAction
+		}
+		if ap, ok := w.ledger.(ledger.AckProcessor); ok {
+			// Both calls in one, one write on a store that can.
+			ack, res, err := ap.AcknowledgeProcessed(ctx, ld.Lease, w.cfg.observation, out.fence, action, w.cfg.clock())
+			switch {
+			case ack.Applied() && err != nil:
+				// Acknowledged, not marked processed: try that again.
+				res, err = w.markProcessed(ctx, ld, out.fence, action)
+			case !ack.Applied():
+				res = ack
+			}
+			c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
+			return
+		}
 		res, err := w.ledger.Acknowledge(ctx, ld.Lease, w.cfg.observation, w.cfg.clock())
 		if err != nil || !res.Applied() {
 			c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
 			return
-		}
-		action := ledger.ActionRef(sanitizeName(string(out.dec.Action)))
-		if action == "" {
-			action = DefaultAction
 		}
 		res, err = w.markProcessed(ctx, ld, out.fence, action)
 		c.completed(ctx, ld, EventProcessed, res, err, dur, nil)

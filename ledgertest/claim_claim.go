@@ -20,8 +20,9 @@ type claimSource struct {
 	order func(entries []ledger.OutboxEntry) []ledger.OutboxEntryID
 }
 
-// claimSources are ClaimPending (pending entries, oldest first) and
-// ClaimRetryReady (scheduled entries, earliest first).
+// claimSources are ClaimPending (pending entries, oldest first),
+// ClaimRetryReady (scheduled entries, earliest first) and ClaimDue (both,
+// the scheduled ones first).
 var claimSources = []claimSource{
 	{
 		name: "ClaimPending",
@@ -55,9 +56,53 @@ var claimSources = []claimSource{
 		},
 		order: claimRetryOrder,
 	},
+	{
+		name: "ClaimDue",
+		claim: func(t *testing.T, s ledger.ClaimStore, req ledger.ClaimRequest) []ledger.ClaimedEntry {
+			t.Helper()
+			got, err := claimDuer(t, s).ClaimDue(t.Context(), req)
+			require.NoError(t, err)
+			return got
+		},
+		ready: func(t *testing.T, s ledger.ClaimStore, key string, at time.Duration) ledger.OutboxEntry {
+			t.Helper()
+			// Alternate pending and scheduled entries: both are due.
+			if key[len(key)-1]%2 == 0 {
+				return claimEnqueue(t, s, key)
+			}
+			return claimScheduled(t, s, key, claimAt(at))
+		},
+		order: claimDueOrder,
+	},
 }
 
-// testClaim checks ClaimPending and ClaimRetryReady: claims are exclusive
+// claimDuer returns s as a ledger.DueClaimer. Every claim store we ship
+// implements it, so a store without it fails the suite.
+func claimDuer(t *testing.T, s ledger.ClaimStore) ledger.DueClaimer {
+	t.Helper()
+	d, ok := s.(ledger.DueClaimer)
+	if !ok {
+		t.Fatalf("%T does not implement ledger.DueClaimer", s)
+	}
+	return d
+}
+
+// claimDueOrder returns the IDs of entries in ClaimDue order: the
+// scheduled ones as ClaimRetryReady takes them, then the pending ones as
+// ClaimPending does.
+func claimDueOrder(entries []ledger.OutboxEntry) []ledger.OutboxEntryID {
+	var retry, pending []ledger.OutboxEntry
+	for _, e := range entries {
+		if e.Status.Scheduled() {
+			retry = append(retry, e)
+		} else {
+			pending = append(pending, e)
+		}
+	}
+	return append(claimRetryOrder(retry), claimPendingOrder(pending)...)
+}
+
+// testClaim checks ClaimPending, ClaimRetryReady and ClaimDue: claims are exclusive
 // until they expire, come in delivery order, respect the limit, count an
 // attempt, carry a new token and the next sequence number, and an expired
 // claim can be taken over at exactly its ExpiresAt.
@@ -237,6 +282,37 @@ func testClaimSelection(t *testing.T, newStore NewClaimStoreFunc) {
 		require.Empty(t, claimRetry(t, s, claimAt(time.Hour-time.Microsecond), 10))
 		got := claimRetry(t, s, claimAt(time.Hour), 10)
 		require.Equal(t, []ledger.OutboxEntryID{e.ID}, claimClaimedIDs(got), "due at now == NextAttemptAt")
+	})
+
+	// ClaimDue is ClaimRetryReady and then ClaimPending in one call: the
+	// due retries come first, earliest due first, whatever the age of
+	// the pending entries, and the limit spans both.
+	claimRun(t, "ClaimDue/RetryReadyFirstThenPending", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		p1 := claimEnqueue(t, s, "pending-1")
+		p2 := claimEnqueue(t, s, "pending-2")
+		r2 := claimDeferred(t, s, "retry-2", claimAt(2*time.Minute))
+		r1 := claimScheduled(t, s, "retry-1", claimAt(time.Minute))
+		notDue := claimScheduled(t, s, "not-due", claimAt(time.Hour))
+		ended := claimScheduled(t, s, "ended", claimT0)
+		_, err := s.MarkDeadLettered(t.Context(), ended.ID, ledger.EmissionError{}, "poison")
+		require.NoError(t, err)
+
+		due := claimDuer(t, s)
+		// Claims that outlast the test, so that none is taken over.
+		req := ledger.ClaimRequest{Worker: claimWorker, Now: claimAt(5 * time.Minute), LeaseDuration: 2 * time.Hour, Limit: 3}
+		got, err := due.ClaimDue(t.Context(), req)
+		require.NoError(t, err)
+		require.Equal(t, []ledger.OutboxEntryID{r1.ID, r2.ID, p1.ID}, claimClaimedIDs(got))
+		for _, ce := range got {
+			claimRequireClaim(t, s, ce, req, 1)
+		}
+		got, err = due.ClaimDue(t.Context(), req)
+		require.NoError(t, err)
+		require.Equal(t, []ledger.OutboxEntryID{p2.ID}, claimClaimedIDs(got), "the rest; nothing not yet due, nothing ended")
+		req.Now = claimAt(time.Hour)
+		got, err = due.ClaimDue(t.Context(), req)
+		require.NoError(t, err)
+		require.Equal(t, []ledger.OutboxEntryID{notDue.ID}, claimClaimedIDs(got), "due at now == NextAttemptAt")
 	})
 
 	claimRun(t, "ClaimsFromBothCallsAreExclusive", newStore, func(t *testing.T, s ledger.ClaimStore) {

@@ -126,8 +126,8 @@ func (r *claimRecorder) claim(ctx context.Context, w int, retry bool, limit int)
 		r.log.Grants = append(r.log.Grants, ce.Claim)
 		c, e := ce.Claim, ce.Entry
 		switch {
-		case c.EntryID != e.ID || e.Claim == nil || e.Claim.Token != c.Token || e.Claim.Seq != c.Seq || e.ClaimSeq != c.Seq:
-			r.problems.addf("entry %s seq %d: the claimed entry does not carry its claim", e.ID, c.Seq)
+		case c.EntryID != e.ID || e.Claim == nil || e.Claim.Token != "" || c.Token == "" || e.Claim.Seq != c.Seq || e.ClaimSeq != c.Seq:
+			r.problems.addf("entry %s seq %d: the claimed entry does not carry its claim (without its token), or the claim lacks its token", e.ID, c.Seq)
 		case !c.ClaimedAt.Equal(now) || !c.ExpiresAt.Equal(now.Add(claimConcLease)):
 			r.problems.addf("entry %s seq %d: claim [%s, %s) for Now %s", e.ID, c.Seq, c.ClaimedAt, c.ExpiresAt, now)
 		case !retry && e.Status != ledger.OutboxStatusPending:

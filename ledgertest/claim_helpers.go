@@ -134,6 +134,7 @@ func claimFind(t *testing.T, s ledger.ClaimStore, id ledger.OutboxEntryID) ledge
 	t.Helper()
 	e, err := s.FindByID(t.Context(), id)
 	require.NoError(t, err)
+	requireNoClaimToken(t, e)
 	return e
 }
 
@@ -147,6 +148,7 @@ func claimPending(t *testing.T, s ledger.ClaimStore, now time.Time, limit int) [
 	t.Helper()
 	got, err := s.ClaimPending(t.Context(), claimRequest(now, limit))
 	require.NoError(t, err)
+	claimRequireGrants(t, got)
 	return got
 }
 
@@ -155,7 +157,20 @@ func claimRetry(t *testing.T, s ledger.ClaimStore, now time.Time, limit int) []l
 	t.Helper()
 	got, err := s.ClaimRetryReady(t.Context(), claimRequest(now, limit))
 	require.NoError(t, err)
+	claimRequireGrants(t, got)
 	return got
+}
+
+// claimRequireGrants asserts that each claimed entry shows its claim
+// without the token, and only the Claim returned beside it carries one.
+func claimRequireGrants(t *testing.T, got []ledger.ClaimedEntry) {
+	t.Helper()
+	for _, ce := range got {
+		require.NotEmpty(t, ce.Claim.Token, "the claim returned to the worker carries its token")
+		require.NotNil(t, ce.Entry.Claim)
+		requireNoClaimToken(t, ce.Entry)
+		require.Equal(t, claimCanonClaim(claimWithoutToken(ce.Claim)), claimCanonClaim(*ce.Entry.Claim), "the entry shows the claim, without its token")
+	}
 }
 
 // claimOnlyPending claims at now and requires exactly the entry id.
@@ -263,7 +278,7 @@ func claimRequireClaim(t *testing.T, s ledger.ClaimStore, ce ledger.ClaimedEntry
 	require.True(t, now.Equal(c.ClaimedAt), "ClaimedAt %s, want %s", c.ClaimedAt, now)
 	require.True(t, now.Add(req.LeaseDuration.Truncate(time.Microsecond)).Equal(c.ExpiresAt), "ExpiresAt %s", c.ExpiresAt)
 	require.NotNil(t, ce.Entry.Claim, "the claimed entry carries its claim")
-	require.Equal(t, claimCanonClaim(c), claimCanonClaim(*ce.Entry.Claim))
+	require.Equal(t, claimCanonClaim(claimWithoutToken(c)), claimCanonClaim(*ce.Entry.Claim), "the entry shows the claim, without its token")
 	require.Equal(t, seq, ce.Entry.ClaimSeq)
 	require.Nil(t, ce.Entry.EndedClaim, "a new claim clears the ended one")
 	require.True(t, now.Equal(ce.Entry.UpdatedAt), "a claim stamps UpdatedAt with req.Now")

@@ -61,6 +61,12 @@ var (
 		{"InvalidUTF8", "bad\xffname"},
 		{"NUL", "bad\x00name"},
 		{"ControlChar", "bad\tname"},
+		// Names that look like another name: format and invisible
+		// characters are refused, so that look-alikes are one name.
+		{"RightToLeftOverride", "x1\u202e"},
+		{"ZeroWidthSpace", "x1\u200b"},
+		{"NoBreakSpace", "x\u00a01"},
+		{"HangulFiller", "x1\u3164"},
 	}
 	// claimBadOptionalNames are malformed identifiers that may be empty.
 	claimBadOptionalNames = claimBadNames[1:]
@@ -188,6 +194,8 @@ func claimBadEntries(call func(ctx context.Context, f claimFixture, e ledger.Out
 	}
 	out = append(out, claimBadEach("Attempts", []claimBadValue{{"Negative", ""}},
 		with(func(e *ledger.OutboxEntry, _ string) { e.Attempts = -1 }))...)
+	out = append(out, claimBadEach("Attempts", []claimBadValue{{"PastMaxCount", ""}},
+		with(func(e *ledger.OutboxEntry, _ string) { e.Attempts = ledger.MaxCount + 1 }))...)
 	out = append(out, claimBadEmissionErrors(func(ctx context.Context, f claimFixture, ee ledger.EmissionError) error {
 		return with(func(e *ledger.OutboxEntry, _ string) { e.LastError = &ee })(ctx, f, "")
 	})...)

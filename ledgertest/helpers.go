@@ -39,3 +39,38 @@ func requireInvalid(t *testing.T, err error) {
 	require.True(t, errors.As(err, &inv), "error %v is not an *ledger.InvalidError", err)
 	require.NotEmpty(t, inv.Field, "InvalidError must name the field")
 }
+
+// requireNoToken asserts that d, a record a store handed out, carries no
+// token: a token reaches only the grantee, in the Lease that Lease returns.
+func requireNoToken(t *testing.T, d ledger.Delivery) {
+	t.Helper()
+	if d.Lease != nil {
+		require.Empty(t, d.Lease.Token, "delivery %s: a record handed out carries no lease token", d.ID)
+	}
+	if d.EndedLease != nil {
+		require.Empty(t, d.EndedLease.Token, "delivery %s: a record handed out carries no ended lease's token", d.ID)
+	}
+}
+
+// requireNoClaimToken is requireNoToken for outbox entries.
+func requireNoClaimToken(t *testing.T, e ledger.OutboxEntry) {
+	t.Helper()
+	if e.Claim != nil {
+		require.Empty(t, e.Claim.Token, "entry %s: an entry handed out carries no claim token", e.ID)
+	}
+	if e.EndedClaim != nil {
+		require.Empty(t, e.EndedClaim.Token, "entry %s: an entry handed out carries no ended claim's token", e.ID)
+	}
+}
+
+// withoutToken returns l as a record handed out shows it.
+func withoutToken(l ledger.Lease) ledger.Lease {
+	l.Token = ""
+	return l
+}
+
+// claimWithoutToken returns c as an entry handed out shows it.
+func claimWithoutToken(c ledger.Claim) ledger.Claim {
+	c.Token = ""
+	return c
+}

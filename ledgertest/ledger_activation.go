@@ -40,10 +40,9 @@ func activationCountsWithoutChangingTheState(t *testing.T, f *ledgerFixture) {
 	f.enqueue(req("d-1", "host-1"), t0)
 	f.activate("d-1", ledger.Activation{Result: ledger.ActivationUnreachable, Detail: "no route"}, t0)
 	f.activate("d-1", ledger.Activation{Result: ledger.ActivationFailed}, at(time.Second))
-	f.leaseOne("d-1", ownerA, at(2*time.Second))
+	l := f.leaseOne("d-1", ownerA, at(2*time.Second))
 	f.activate("d-1", ledger.Activation{Result: ledger.ActivationDelivered, Detail: "woken"}, at(3*time.Second))
-	l := f.get("d-1").Lease
-	f.applied(f.get("d-1"), at(4*time.Second))(f.l.Acknowledge(f.ctx, *l, "", at(4*time.Second)))
+	f.applied(f.get("d-1"), at(4*time.Second))(f.l.Acknowledge(f.ctx, l, "", at(4*time.Second)))
 	d := f.activate("d-1", ledger.Activation{Result: ledger.ActivationDelivered}, at(5*time.Second))
 	require.Equal(t, 4, d.Activations)
 	require.Equal(t, ledger.DeliveryStateAcknowledged, d.State)

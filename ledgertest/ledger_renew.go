@@ -52,11 +52,12 @@ func (f *ledgerFixture) renew(lease ledger.Lease, now time.Time, d time.Duration
 	return f.renewer().RenewLease(f.ctx, lease, now, d)
 }
 
-// renewed returns lease as RenewLease at now for d must leave it: the same
-// grant, expiring at the normalised now plus d truncated to microseconds.
+// renewed returns lease as the record renewed by RenewLease at now for d
+// shows it: the same grant, without its token, expiring at the normalised
+// now plus d truncated to microseconds.
 func renewed(lease ledger.Lease, now time.Time, d time.Duration) ledger.Lease {
 	lease.ExpiresAt = ledger.Normalize(now).Add(d.Truncate(time.Microsecond))
-	return lease
+	return withoutToken(lease)
 }
 
 func renewExtendsTheLease(t *testing.T, f *ledgerFixture) {
@@ -67,7 +68,7 @@ func renewExtendsTheLease(t *testing.T, f *ledgerFixture) {
 	now := at(30*time.Second + 123*time.Nanosecond)
 	d := f.applied(f.get("d-1"), now)(f.renew(l, now, 2*time.Minute+456*time.Nanosecond))
 	want := renewed(l, now, 2*time.Minute)
-	require.Equal(t, &want, d.Lease, "the token, sequence, owner and grant time stay; only the expiry moves")
+	require.Equal(t, &want, d.Lease, "the sequence, owner and grant time stay; only the expiry moves")
 	require.Equal(t, want.ExpiresAt, d.AvailableAt, "a Leased delivery is available again at its lease's expiry")
 	require.Equal(t, ledger.DeliveryStateLeased, d.State)
 	require.Equal(t, l.Seq, d.LeaseSeq, "a renewal is not a grant")

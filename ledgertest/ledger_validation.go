@@ -83,6 +83,10 @@ func badNames() map[string]string {
 	return map[string]string{
 		"empty": "", "oversize": strings.Repeat("n", ledger.MaxNameBytes+1), "invalid UTF-8": "a\xffb",
 		"NUL": "a\x00b", "newline": "a\nb", "DEL": "a\x7fb", "C1 control": "a\u0085b",
+		// Names that look like another name: format and invisible
+		// characters are refused, so that look-alikes are one name.
+		"right-to-left override": "x1\u202e", "zero-width space": "x1\u200b", "no-break space": "x\u00a01",
+		"Hangul filler": "x1\u3164",
 	}
 }
 

@@ -59,6 +59,7 @@ var ledgerGroups = []struct {
 	{"Lease", testLease},
 	{"Acknowledge", testAcknowledge},
 	{"MarkProcessed", testMarkProcessed},
+	{"AcknowledgeProcessed", testAcknowledgeProcessed},
 	{"RecordActivation", testRecordActivation},
 	{"MarkFailed", testMarkFailed},
 	{"Release", testRelease},
@@ -75,6 +76,8 @@ var ledgerGroups = []struct {
 	{"Stats", testStats},
 	{"Metadata", testMetadata},
 	{"Validation", testValidation},
+	{"Bounds", testBounds},
+	{"Tokens", testTokens},
 	{"Concurrency", testConcurrency},
 	{"Races", testLedgerRaces},
 }
@@ -99,6 +102,8 @@ var claimGroups = []struct {
 	{"Stats", testOutboxStats},
 	{"Metadata", testOutboxMetadata},
 	{"Validation", testOutboxValidation},
+	{"Bounds", testClaimBounds},
+	{"Tokens", testClaimTokens},
 	{"Concurrency", testClaimConcurrency},
 	{"Races", testClaimRaces},
 }

@@ -74,36 +74,111 @@ func (o forgetAttemptOutbox) FindByID(ctx context.Context, id ledger.OutboxEntry
 }
 
 // staleTokenOutbox accepts any claim on an entry: it swaps the caller's
-// token and sequence for the ones in force before it completes.
+// token and sequence for those of the latest claim it granted before it
+// completes. (Entries handed out carry no token, so it keeps its own.)
 type staleTokenOutbox struct {
 	*memstore.Outbox
+	mu     sync.Mutex
+	latest map[ledger.OutboxEntryID]ledger.Claim
 }
 
-func (o staleTokenOutbox) current(ctx context.Context, c ledger.Claim) ledger.Claim {
-	if e, err := o.Outbox.FindByID(ctx, c.EntryID); err == nil && e.Claim != nil {
-		c.Token, c.Seq = e.Claim.Token, e.Claim.Seq
+func newStaleTokenOutbox() *staleTokenOutbox {
+	return &staleTokenOutbox{Outbox: memstore.NewOutbox(), latest: map[ledger.OutboxEntryID]ledger.Claim{}}
+}
+
+func (o *staleTokenOutbox) remember(got []ledger.ClaimedEntry, err error) ([]ledger.ClaimedEntry, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, ce := range got {
+		o.latest[ce.Claim.EntryID] = ce.Claim
+	}
+	return got, err
+}
+
+func (o *staleTokenOutbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	return o.remember(o.Outbox.ClaimPending(ctx, req))
+}
+
+func (o *staleTokenOutbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	return o.remember(o.Outbox.ClaimRetryReady(ctx, req))
+}
+
+func (o *staleTokenOutbox) current(c ledger.Claim) ledger.Claim {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if l, ok := o.latest[c.EntryID]; ok {
+		c.Token, c.Seq = l.Token, l.Seq
 	}
 	return c
 }
 
-func (o staleTokenOutbox) MarkClaimDelivered(ctx context.Context, c ledger.Claim, r ledger.EmissionResult) (ledger.OutboxResult, error) {
-	return o.Outbox.MarkClaimDelivered(ctx, o.current(ctx, c), r)
+func (o *staleTokenOutbox) MarkClaimDelivered(ctx context.Context, c ledger.Claim, r ledger.EmissionResult) (ledger.OutboxResult, error) {
+	return o.Outbox.MarkClaimDelivered(ctx, o.current(c), r)
 }
 
-func (o staleTokenOutbox) MarkClaimFailed(ctx context.Context, c ledger.Claim, e ledger.EmissionError, next *time.Time) (ledger.OutboxResult, error) {
-	return o.Outbox.MarkClaimFailed(ctx, o.current(ctx, c), e, next)
+func (o *staleTokenOutbox) MarkClaimFailed(ctx context.Context, c ledger.Claim, e ledger.EmissionError, next *time.Time) (ledger.OutboxResult, error) {
+	return o.Outbox.MarkClaimFailed(ctx, o.current(c), e, next)
 }
 
-func (o staleTokenOutbox) MarkClaimDeadLettered(ctx context.Context, c ledger.Claim, e ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
-	return o.Outbox.MarkClaimDeadLettered(ctx, o.current(ctx, c), e, reason)
+func (o *staleTokenOutbox) MarkClaimDeadLettered(ctx context.Context, c ledger.Claim, e ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
+	return o.Outbox.MarkClaimDeadLettered(ctx, o.current(c), e, reason)
 }
 
-func (o staleTokenOutbox) ReleaseClaim(ctx context.Context, c ledger.Claim, reason string) (ledger.OutboxResult, error) {
-	return o.Outbox.ReleaseClaim(ctx, o.current(ctx, c), reason)
+func (o *staleTokenOutbox) ReleaseClaim(ctx context.Context, c ledger.Claim, reason string) (ledger.OutboxResult, error) {
+	return o.Outbox.ReleaseClaim(ctx, o.current(c), reason)
 }
 
-func (o staleTokenOutbox) SaveClaim(ctx context.Context, c ledger.Claim, e ledger.OutboxEntry) (ledger.OutboxResult, error) {
-	return o.Outbox.SaveClaim(ctx, o.current(ctx, c), e)
+func (o *staleTokenOutbox) SaveClaim(ctx context.Context, c ledger.Claim, e ledger.OutboxEntry) (ledger.OutboxResult, error) {
+	return o.Outbox.SaveClaim(ctx, o.current(c), e)
+}
+
+// leakyTokenOutbox hands its claim tokens out with the entries FindByID
+// returns, as a store that forgot to redact its reads would.
+type leakyTokenOutbox struct {
+	*staleTokenOutbox
+}
+
+func (o leakyTokenOutbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.OutboxEntry, error) {
+	e, err := o.Outbox.FindByID(ctx, id)
+	if e.Claim != nil {
+		c := o.current(*e.Claim)
+		if c.Seq == e.Claim.Seq {
+			e.Claim = &c
+		}
+	}
+	return e, err
+}
+
+// Completions go to memstore unchanged: only the reads leak.
+func (o leakyTokenOutbox) MarkClaimDelivered(ctx context.Context, c ledger.Claim, r ledger.EmissionResult) (ledger.OutboxResult, error) {
+	return o.Outbox.MarkClaimDelivered(ctx, c, r)
+}
+
+func (o leakyTokenOutbox) MarkClaimFailed(ctx context.Context, c ledger.Claim, e ledger.EmissionError, next *time.Time) (ledger.OutboxResult, error) {
+	return o.Outbox.MarkClaimFailed(ctx, c, e, next)
+}
+
+func (o leakyTokenOutbox) MarkClaimDeadLettered(ctx context.Context, c ledger.Claim, e ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
+	return o.Outbox.MarkClaimDeadLettered(ctx, c, e, reason)
+}
+
+func (o leakyTokenOutbox) ReleaseClaim(ctx context.Context, c ledger.Claim, reason string) (ledger.OutboxResult, error) {
+	return o.Outbox.ReleaseClaim(ctx, c, reason)
+}
+
+func (o leakyTokenOutbox) SaveClaim(ctx context.Context, c ledger.Claim, e ledger.OutboxEntry) (ledger.OutboxResult, error) {
+	return o.Outbox.SaveClaim(ctx, c, e)
+}
+
+// lenientSaveOutbox stores an Attempts past ledger.MaxCount as the bound
+// instead of refusing it, as a store that clamped input would.
+type lenientSaveOutbox struct {
+	*memstore.Outbox
+}
+
+func (o lenientSaveOutbox) Save(ctx context.Context, e ledger.OutboxEntry) (ledger.OutboxEntry, error) {
+	e.Attempts = min(e.Attempts, ledger.MaxCount)
+	return o.Outbox.Save(ctx, e)
 }
 
 // doubleGrantLedger hands every lease out twice: a Lease call returns its
@@ -152,28 +227,77 @@ func (l forgetAttemptLedger) Get(ctx context.Context, id ledger.DeliveryID) (led
 }
 
 // staleTokenLedger accepts any lease on a delivery: it swaps the caller's
-// token and sequence for the ones in force before it acts.
+// token and sequence for those of the latest lease it granted before it
+// acts. (Records handed out carry no token, so it keeps its own.)
 type staleTokenLedger struct {
 	*memstore.Store
+	mu     sync.Mutex
+	latest map[ledger.DeliveryID]ledger.Lease
 }
 
-func (l staleTokenLedger) current(ctx context.Context, lease ledger.Lease) ledger.Lease {
-	if d, err := l.Store.Get(ctx, lease.DeliveryID); err == nil && d.Lease != nil {
-		lease.Token, lease.Seq = d.Lease.Token, d.Lease.Seq
+func newStaleTokenLedger() *staleTokenLedger {
+	return &staleTokenLedger{Store: memstore.New(), latest: map[ledger.DeliveryID]ledger.Lease{}}
+}
+
+func (l *staleTokenLedger) Lease(ctx context.Context, f ledger.LeaseFilter, o ledger.Owner, now time.Time, d time.Duration, limit int) (ledger.LeaseResult, error) {
+	res, err := l.Store.Lease(ctx, f, o, now, d, limit)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ld := range res.Leased {
+		l.latest[ld.Lease.DeliveryID] = ld.Lease
+	}
+	return res, err
+}
+
+func (l *staleTokenLedger) current(lease ledger.Lease) ledger.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g, ok := l.latest[lease.DeliveryID]; ok {
+		lease.Token, lease.Seq = g.Token, g.Seq
 	}
 	return lease
 }
 
-func (l staleTokenLedger) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
-	return l.Store.Acknowledge(ctx, l.current(ctx, lease), observation, now)
+func (l *staleTokenLedger) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
+	return l.Store.Acknowledge(ctx, l.current(lease), observation, now)
 }
 
-func (l staleTokenLedger) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
-	return l.Store.MarkFailed(ctx, l.current(ctx, lease), reason, now)
+func (l *staleTokenLedger) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
+	return l.Store.MarkFailed(ctx, l.current(lease), reason, now)
 }
 
-func (l staleTokenLedger) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
-	return l.Store.Release(ctx, l.current(ctx, lease), now)
+func (l *staleTokenLedger) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
+	return l.Store.Release(ctx, l.current(lease), now)
+}
+
+// leakyTokenLedger hands its lease tokens out with the records Get
+// returns, as a store that forgot to redact its reads would.
+type leakyTokenLedger struct {
+	*staleTokenLedger
+}
+
+func (l leakyTokenLedger) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery, error) {
+	d, err := l.Store.Get(ctx, id)
+	if d.Lease != nil {
+		g := l.current(*d.Lease)
+		if g.Seq == d.Lease.Seq {
+			d.Lease = &g
+		}
+	}
+	return d, err
+}
+
+// Transitions go to memstore unchanged: only the reads leak.
+func (l leakyTokenLedger) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
+	return l.Store.Acknowledge(ctx, lease, observation, now)
+}
+
+func (l leakyTokenLedger) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
+	return l.Store.MarkFailed(ctx, lease, reason, now)
+}
+
+func (l leakyTokenLedger) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
+	return l.Store.Release(ctx, lease, now)
 }
 
 // metadataContentLedger takes metadata for enqueue content: an enqueue of

@@ -34,7 +34,13 @@ var brokenSuites = map[string]func(t *testing.T){
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetAttemptOutbox{memstore.NewOutbox()} })
 	},
 	"claim-stale-token": func(t *testing.T) {
-		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return staleTokenOutbox{memstore.NewOutbox()} })
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return newStaleTokenOutbox() })
+	},
+	"claim-leaky-token": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return leakyTokenOutbox{newStaleTokenOutbox()} })
+	},
+	"claim-lenient-save": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return lenientSaveOutbox{memstore.NewOutbox()} })
 	},
 	"claim-forget-metadata": func(t *testing.T) {
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetMetadataOutbox{memstore.NewOutbox()} })
@@ -49,7 +55,10 @@ var brokenSuites = map[string]func(t *testing.T){
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return forgetAttemptLedger{memstore.New()} })
 	},
 	"ledger-stale-token": func(t *testing.T) {
-		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleTokenLedger{memstore.New()} })
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return newStaleTokenLedger() })
+	},
+	"ledger-leaky-token": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return leakyTokenLedger{newStaleTokenLedger()} })
 	},
 	"ledger-metadata-content": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return metadataContentLedger{memstore.New()} })
@@ -103,6 +112,14 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"ClaimCompletions/ReleaseClaim/WrongSeqIsLeaseLost",
 			"ClaimCompletions/SaveClaimDeferred/StaleClaimIsLeaseLost",
 		}},
+		{mode: "claim-leaky-token", failed: []string{
+			"Tokens/OnlyTheWorkersClaimCarriesTheToken",
+			"Tokens/ClaimRebuiltFromAnEntryCannotAct",
+		}},
+		{mode: "claim-lenient-save", failed: []string{
+			"Bounds/AttemptsPastMaxCountAreInvalid",
+			"Validation/Save/AttemptsPastMaxCount",
+		}},
 		{mode: "claim-forget-metadata", failed: []string{
 			"Metadata/RoundTrips",
 			"Metadata/KeptByEveryTransition",
@@ -111,6 +128,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
 		{mode: "ledger-stale-token", failed: ledgerStaleTokenFailures},
+		{mode: "ledger-leaky-token", failed: []string{
+			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",
+			"Tokens/LeaseRebuiltFromARecordCannotAct",
+		}},
 		{mode: "ledger-metadata-content", failed: []string{
 			"Metadata/NilAndEmptyAreTheSame",
 			"Metadata/IsNotContent",

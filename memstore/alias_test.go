@@ -125,8 +125,14 @@ func TestNoAliasingOfLeaseAndFailure(t *testing.T) {
 	d, err := s.Get(ctx, "d1")
 	require.NoError(t, err)
 	assert.Equal(t, "boom", d.LastFailure.Message)
-	assert.Equal(t, lease.Token, d.EndedLease.Token)
+	assert.Equal(t, lease.Seq, d.EndedLease.Seq)
+	assert.Empty(t, d.EndedLease.Token, "records handed out carry no token")
 	assert.Equal(t, []byte("p"), d.Payload)
+	// The stored ended lease still holds the token: the same call again
+	// is recognised as a repeat.
+	again, err := s.MarkFailed(ctx, lease, ledger.FailureReason{Message: "boom"}, t0.Add(2*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, ledger.OutcomeRepeated, again.Outcome)
 }
 
 func TestNoAliasingOfOutboxEntries(t *testing.T) {
@@ -162,5 +168,11 @@ func TestNoAliasingOfOutboxEntries(t *testing.T) {
 	assert.Equal(t, []byte("original"), e.Envelope.Payload)
 	assert.Equal(t, "boom", e.LastError.Message)
 	assert.Equal(t, t0.Add(time.Hour), e.NextAttemptAt)
-	assert.Equal(t, claims[0].Claim.Token, e.EndedClaim.Token)
+	assert.Equal(t, claims[0].Claim.Seq, e.EndedClaim.Seq)
+	assert.Empty(t, e.EndedClaim.Token, "entries handed out carry no token")
+	// The stored ended claim still holds the token: the same call again
+	// is recognised as a repeat.
+	again, err := o.MarkClaimFailed(ctx, claims[0].Claim, ledger.EmissionError{Message: "boom"}, &next)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.OutcomeRepeated, again.Outcome)
 }

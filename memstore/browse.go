@@ -38,7 +38,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	slices.SortFunc(found, func(a, b *entry) int { return cmp.Compare(a.ID, b.ID) })
 	var page ledger.OutboxPage
 	for _, p := range found[:min(len(found), q.Limit)] {
-		page.Entries = append(page.Entries, p.OutboxEntry.Clone())
+		page.Entries = append(page.Entries, handOutEntry(p.OutboxEntry))
 	}
 	o.mu.Unlock()
 	if len(found) > q.Limit {

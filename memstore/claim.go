@@ -13,6 +13,7 @@ import (
 var (
 	_ ledger.OutboxStore         = (*Outbox)(nil)
 	_ ledger.ClaimStore          = (*Outbox)(nil)
+	_ ledger.DueClaimer          = (*Outbox)(nil)
 	_ ledger.OutboxBatchEnqueuer = (*Outbox)(nil)
 )
 
@@ -89,7 +90,7 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 	o.mu.Lock()
 	r := o.enqueueLocked(env, e)
 	o.mu.Unlock()
-	r.Entry = r.Entry.Clone()
+	r.Entry = handOutEntry(r.Entry)
 	return r, nil
 }
 
@@ -115,7 +116,7 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 	}
 	o.mu.Unlock()
 	for i := range out {
-		out[i].Entry = out[i].Entry.Clone()
+		out[i].Entry = handOutEntry(out[i].Entry)
 	}
 	return out, nil
 }
@@ -161,7 +162,7 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 	if !ok {
 		return ledger.OutboxEntry{}, fmt.Errorf("memstore: find outbox entry %s: %w", id, ledger.ErrNotFound)
 	}
-	return e.Clone(), nil
+	return handOutEntry(e), nil
 }
 
 // FindPending returns up to limit Pending entries, claimed or not, oldest
@@ -178,7 +179,7 @@ func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEnt
 		out = append(out, o.entries[ledger.OutboxEntryID(k.id)].OutboxEntry)
 	}
 	o.mu.Unlock()
-	return cloneEntries(out), nil
+	return handOutEntries(out), nil
 }
 
 // FindRetryReady returns up to limit RetryScheduled or Deferred entries
@@ -199,7 +200,7 @@ func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) (
 		}
 	}
 	o.mu.Unlock()
-	return cloneEntries(out), nil
+	return handOutEntries(out), nil
 }
 
 // MarkDelivered ends the entry as Delivered, ignoring any claim
@@ -258,7 +259,7 @@ func (o *Outbox) write(id ledger.OutboxEntryID, op ledger.Operation, step func(l
 		o.replace(p, e, change{op: op})
 	}
 	o.mu.Unlock()
-	return e.Clone(), nil
+	return handOutEntry(e), nil
 }
 
 // ClaimPending claims up to req.Limit Pending entries that are unclaimed or
@@ -277,16 +278,9 @@ func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]l
 	}
 	now := ledger.Normalize(req.Now)
 	o.mu.Lock()
-	var picks []*entry
-	c := o.pending.first()
-	for k, ok := c.next(); ok && len(picks) < req.Limit; k, ok = c.next() {
-		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
-			picks = append(picks, p)
-		}
-	}
-	out := o.grant(picks, req, now)
+	out := o.grant(o.pickPending(now, req.Limit), req, now)
 	o.mu.Unlock()
-	return cloneClaimed(out), nil
+	return handOutClaimed(out), nil
 }
 
 // ClaimRetryReady claims like ClaimPending, from RetryScheduled and
@@ -297,18 +291,52 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 		return nil, err
 	}
 	now := ledger.Normalize(req.Now)
-	end := now.UnixMicro()
 	o.mu.Lock()
+	out := o.grant(o.pickRetryReady(now, req.Limit), req, now)
+	o.mu.Unlock()
+	return handOutClaimed(out), nil
+}
+
+// ClaimDue claims what ClaimRetryReady and then ClaimPending would (see
+// ledger.DueClaimer), under one lock. Errors: ErrInvalid, ctx.Err().
+func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	now := ledger.Normalize(req.Now)
+	o.mu.Lock()
+	picks := o.pickRetryReady(now, req.Limit)
+	picks = append(picks, o.pickPending(now, req.Limit-len(picks))...)
+	out := o.grant(picks, req, now)
+	o.mu.Unlock()
+	return handOutClaimed(out), nil
+}
+
+// pickPending returns up to limit claimable Pending entries in delivery
+// order. The caller holds o.mu.
+func (o *Outbox) pickPending(now time.Time, limit int) []*entry {
 	var picks []*entry
+	c := o.pending.first()
+	for k, ok := c.next(); ok && len(picks) < limit; k, ok = c.next() {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
+			picks = append(picks, p)
+		}
+	}
+	return picks
+}
+
+// pickRetryReady returns up to limit claimable retry-ready entries,
+// earliest due first. The caller holds o.mu.
+func (o *Outbox) pickRetryReady(now time.Time, limit int) []*entry {
+	var picks []*entry
+	end := now.UnixMicro()
 	c := o.scheduled.first()
-	for k, ok := c.next(); ok && k.at <= end && len(picks) < req.Limit; k, ok = c.next() {
+	for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
 		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryClaimable(now) {
 			picks = append(picks, p)
 		}
 	}
-	out := o.grant(picks, req, now)
-	o.mu.Unlock()
-	return cloneClaimed(out), nil
+	return picks
 }
 
 // grant claims each of picks for req.Worker. The caller holds o.mu.
@@ -408,7 +436,7 @@ func (o *Outbox) complete(id ledger.OutboxEntryID, c change, step func(ledger.Ou
 		e = p.OutboxEntry
 	}
 	o.mu.Unlock()
-	return ledger.OutboxResult{Outcome: out, Entry: e.Clone()}
+	return ledger.OutboxResult{Outcome: out, Entry: handOutEntry(e)}
 }
 
 // replace overwrites the entry at p with e, the result of c, moving it
@@ -485,16 +513,16 @@ func entryKey(t time.Time, id ledger.OutboxEntryID) timeKey {
 	return timeKey{at: t.UnixMicro(), id: string(id)}
 }
 
-func cloneEntries(es []ledger.OutboxEntry) []ledger.OutboxEntry {
+func handOutEntries(es []ledger.OutboxEntry) []ledger.OutboxEntry {
 	for i := range es {
-		es[i] = es[i].Clone()
+		es[i] = handOutEntry(es[i])
 	}
 	return es
 }
 
-func cloneClaimed(cs []ledger.ClaimedEntry) []ledger.ClaimedEntry {
+func handOutClaimed(cs []ledger.ClaimedEntry) []ledger.ClaimedEntry {
 	for i := range cs {
-		cs[i].Entry = cs[i].Entry.Clone()
+		cs[i].Entry = handOutEntry(cs[i].Entry)
 	}
 	return cs
 }

@@ -181,7 +181,8 @@ func runWorker(ctx context.Context, s *Store, w int, owner ledger.Owner, rng *ra
 		}
 		for _, ld := range res.Leased {
 			l := ld.Lease
-			if ld.Delivery.Lease == nil || ld.Delivery.Lease.Token != l.Token || ld.Delivery.State != ledger.DeliveryStateLeased {
+			if ld.Delivery.Lease == nil || ld.Delivery.Lease.Seq != l.Seq || ld.Delivery.Lease.Token != "" || l.Token == "" ||
+				ld.Delivery.State != ledger.DeliveryStateLeased {
 				return fmt.Errorf("%s: granted record does not hold its lease", l.DeliveryID)
 			}
 			lg.grants = append(lg.grants, l)

@@ -36,9 +36,9 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 	r := s.enqueueLocked(req, &d)
 	s.mu.Unlock()
 	if r.Outcome == ledger.OutcomeApplied {
-		r.Delivery = d.Clone() // d is what was stored
+		r.Delivery = handOut(d) // d is what was stored
 	} else {
-		r.Delivery = r.Delivery.Clone()
+		r.Delivery = handOut(r.Delivery)
 	}
 	return r, nil
 }
@@ -71,9 +71,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 	s.mu.Unlock()
 	for i := range out {
 		if out[i].Outcome == ledger.OutcomeApplied {
-			out[i].Delivery = built[i].Clone()
+			out[i].Delivery = handOut(built[i])
 		} else {
-			out[i].Delivery = out[i].Delivery.Clone()
+			out[i].Delivery = handOut(out[i].Delivery)
 		}
 	}
 	return out, nil
@@ -125,7 +125,7 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	}
 	s.mu.Unlock()
 	for i := range res.Leased {
-		res.Leased[i].Delivery = res.Leased[i].Delivery.Clone()
+		res.Leased[i].Delivery = handOut(res.Leased[i].Delivery)
 	}
 	return res, nil
 }
@@ -299,6 +299,38 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	}), nil
 }
 
+// AcknowledgeProcessed acknowledges under lease and, when that applied,
+// marks the delivery processed by the owner that acknowledged it, under
+// one lock (see ledger.AckProcessor). Errors: ErrInvalid, ctx.Err().
+func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ack, processed ledger.DeliveryResult, err error) {
+	if err := begin(ctx, ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	slot, ok := s.records[lease.DeliveryID]
+	if !ok {
+		return ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}, ledger.DeliveryResult{}, nil
+	}
+	before := *s.recs[slot]
+	highest := s.fences[before.Target]
+	acked, ackOutcome, done, doneOutcome := before.AcknowledgeProcessed(lease, observation, fence, highest, action, now)
+	if ackOutcome != ledger.OutcomeApplied {
+		return ledger.DeliveryResult{Outcome: ackOutcome, Delivery: handOut(before)}, ledger.DeliveryResult{}, nil
+	}
+	s.replace(slot, &acked, ledger.OpAcknowledge, actorOf(ledger.OpAcknowledge, &before))
+	ack = ledger.DeliveryResult{Outcome: ackOutcome, Delivery: handOut(acked)}
+	if doneOutcome != ledger.OutcomeApplied {
+		return ack, ledger.DeliveryResult{Outcome: doneOutcome, Delivery: handOut(acked)}, nil
+	}
+	if raised := ledger.RaiseFence(highest, fence); raised != highest {
+		s.fences[before.Target] = raised
+	}
+	s.replace(slot, &done, ledger.OpMarkProcessed, actorOf(ledger.OpMarkProcessed, &acked))
+	return ack, ledger.DeliveryResult{Outcome: doneOutcome, Delivery: handOut(done)}, nil
+}
+
 // RecordActivation writes down what a push or wake-up did; the state does
 // not change. Outcomes: Applied, NotFound, Ended. Errors: ErrInvalid,
 // ctx.Err().
@@ -369,7 +401,7 @@ func (s *Store) apply(id ledger.DeliveryID, op ledger.Operation, step func(ledge
 		d = *s.recs[slot] // a call that does not apply writes, and changes, nothing
 	}
 	s.mu.Unlock()
-	return ledger.DeliveryResult{Outcome: o, Delivery: d.Clone()}
+	return ledger.DeliveryResult{Outcome: o, Delivery: handOut(d)}
 }
 
 // Expire sweeps what has run out at now: Leased deliveries whose lease
@@ -480,7 +512,7 @@ func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery,
 	if !ok {
 		return ledger.Delivery{}, fmt.Errorf("memstore: get delivery %q: %w", id, ledger.ErrNotFound)
 	}
-	return d.Clone(), nil
+	return handOut(d), nil
 }
 
 // List returns up to q.Limit deliveries matching q's targets, ceremony and
@@ -518,7 +550,7 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 	}
 	s.mu.Unlock()
 	for i := range page.Deliveries {
-		page.Deliveries[i] = page.Deliveries[i].Clone()
+		page.Deliveries[i] = handOut(page.Deliveries[i])
 	}
 	if more {
 		page.Next = ledger.EncodeCursor(page.Deliveries[len(page.Deliveries)-1].ID)

@@ -51,8 +51,20 @@ func viewOf(d ledger.Delivery) mdlRecord {
 	return v
 }
 
-// trim zeroes the fields that only mean something in other states.
+// trim zeroes the fields that only mean something in other states, and
+// the tokens, which a store never hands out: the model's are left out of
+// the comparison, and the store's must be empty.
 func (v mdlRecord) trim() mdlRecord {
+	if v.Lease != nil {
+		l := *v.Lease
+		l.Token = ""
+		v.Lease = &l
+	}
+	if v.Ended != nil {
+		e := *v.Ended
+		e.Token = ""
+		v.Ended = &e
+	}
 	if v.State != ledger.DeliveryStateOffered && v.State != ledger.DeliveryStateLeased {
 		v.AvailableAt = time.Time{}
 	}

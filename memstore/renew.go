@@ -10,6 +10,7 @@ import (
 // Compile-time checks that the stores implement the heartbeat contracts.
 var (
 	_ ledger.Renewer      = (*Store)(nil)
+	_ ledger.AckProcessor = (*Store)(nil)
 	_ ledger.ClaimRenewer = (*Outbox)(nil)
 )
 
@@ -59,5 +60,5 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 		e = p.OutboxEntry // a call that does not apply writes, and changes, nothing
 	}
 	o.mu.Unlock()
-	return ledger.OutboxResult{Outcome: out, Entry: e.Clone()}, nil
+	return ledger.OutboxResult{Outcome: out, Entry: handOutEntry(e)}, nil
 }

@@ -57,10 +57,12 @@ func WithDefaultPolicy(p ledger.Policy) Option {
 
 // WithMaxPayload sets the largest payload, in bytes, that Enqueue accepts
 // for deliveries and outbox envelopes (ledger.DefaultMaxPayload by
-// default). A value below 1 is ignored.
+// default). A value below 1 or above ledger.MaxPayloadLimit (the bound
+// pgstore keeps too, so that both stores accept the same payloads) is
+// ignored.
 func WithMaxPayload(n int) Option {
 	return func(c *config) {
-		if n >= 1 {
+		if n >= 1 && n <= ledger.MaxPayloadLimit {
 			c.maxPayload = n
 		}
 	}
@@ -451,3 +453,13 @@ func begin(ctx context.Context, invalid error) error {
 	}
 	return ctx.Err()
 }
+
+// handOut returns the copy of a stored delivery that leaves the store: a
+// deep copy, so that the caller shares no memory with the store, without
+// the tokens of its lease and ended lease (ledger.Delivery.Redacted): a
+// token is the grantee's alone, and reaches it only in the Lease that
+// Lease returns. Every record a method returns goes through here.
+func handOut(d ledger.Delivery) ledger.Delivery { return d.Clone().Redacted() }
+
+// handOutEntry is handOut for outbox entries and their claim tokens.
+func handOutEntry(e ledger.OutboxEntry) ledger.OutboxEntry { return e.Clone().Redacted() }

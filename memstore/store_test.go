@@ -28,11 +28,13 @@ func TestOptions(t *testing.T) {
 		s := New(
 			WithDefaultPolicy(ledger.Policy{MaxAttempts: 9}),
 			WithDefaultPolicy(ledger.Policy{MaxAttempts: -1}),
-			WithMaxPayload(0), WithMaxPayload(-5), WithClock(nil), nil,
+			WithMaxPayload(0), WithMaxPayload(-5), WithMaxPayload(ledger.MaxPayloadLimit+1), WithClock(nil), nil,
 		)
 		r, err := s.Enqueue(ctx, ledger.EnqueueRequest{ID: "d", Target: "t", Payload: make([]byte, ledger.DefaultMaxPayload)}, t0)
 		require.NoError(t, err)
 		assert.Equal(t, 9, r.Delivery.Policy.MaxAttempts)
+		_, err = s.Enqueue(ctx, ledger.EnqueueRequest{ID: "d2", Target: "t", Payload: make([]byte, ledger.DefaultMaxPayload+1)}, t0)
+		require.ErrorIs(t, err, ledger.ErrInvalid, "a limit past ledger.MaxPayloadLimit is ignored, as pgstore refuses it")
 		_, err = s.Outbox().Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: "k"})
 		require.NoError(t, err, "a nil clock falls back to time.Now")
 	})

@@ -151,6 +151,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	if err != nil {
 		return ledger.OutboxPage{}, err
 	}
+	page.Entries, _ = entriesOut(page.Entries, nil)
 	return page, nil
 }
 

@@ -24,7 +24,7 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return rs[0], nil
+	return outboxOut(rs[0], nil)
 }
 
 // EnqueueBatch enqueues envs in one transaction (see
@@ -36,7 +36,7 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 	if err := o.s.check(ctx, ledger.ValidateEnvelopeBatch(envs, o.s.cfg.maxPayload)); err != nil {
 		return nil, err
 	}
-	return o.enqueue(ctx, "outbox enqueue batch", envs)
+	return outboxResultsOut(o.enqueue(ctx, "outbox enqueue batch", envs))
 }
 
 // Save writes entry's mutable fields when its Version is current (see
@@ -68,7 +68,7 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 	if err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return e, nil
+	return e.Redacted(), nil
 }
 
 // FindPending returns up to limit Pending entries, oldest first: CreatedAt,
@@ -106,7 +106,7 @@ func (o *Outbox) find(ctx context.Context, op, query string, args ...any) ([]led
 	if err != nil {
 		return nil, err
 	}
-	return es, nil
+	return entriesOut(es, nil)
 }
 
 // MarkDelivered ends the entry as Delivered, ignoring any claim (see
@@ -172,7 +172,7 @@ func (o *Outbox) base(ctx context.Context, op string, h how, id ledger.OutboxEnt
 	if err != nil {
 		return ledger.OutboxEntry{}, err
 	}
-	return out, nil
+	return entryOut(out, nil)
 }
 
 // ClaimPending claims Pending entries (see ledger.ClaimStore) in one
@@ -192,6 +192,16 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 		return nil, err
 	}
 	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req)
+}
+
+// ClaimDue claims due RetryScheduled and Deferred entries, then Pending
+// ones, in one statement (see ledger.DueClaimer): what ClaimRetryReady and
+// then ClaimPending with the rest of the limit would claim.
+func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+		return nil, err
+	}
+	return o.claim(ctx, "claim due", o.s.q.claimDue, req)
 }
 
 // claim runs a claim statement (claimTemplate: ledger.OutboxEntry.Grant in
@@ -256,7 +266,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 			s.held.keepEntry(ce.Entry.Clone())
 		}
 	}
-	return out, nil
+	return claimedOut(out, nil)
 }
 
 // claimApply is the state machine step of one claim completion.
@@ -301,9 +311,9 @@ func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, res
 	if err := o.s.check(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "mark claim delivered", how{op: ledger.OpMarkDelivered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return outboxOut(o.completeClaim(ctx, "mark claim delivered", how{op: ledger.OpMarkDelivered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimDelivered(claim, result, now)
-	})
+	}))
 }
 
 // MarkClaimFailed records a failed emission under the claim (see
@@ -312,9 +322,9 @@ func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissi
 	if err := o.s.check(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "mark claim failed", how{op: ledger.OpMarkFailed, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return outboxOut(o.completeClaim(ctx, "mark claim failed", how{op: ledger.OpMarkFailed, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
-	})
+	}))
 }
 
 // MarkClaimDeadLettered ends the claimed entry as DeadLettered (see
@@ -323,9 +333,9 @@ func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, 
 	if err := o.s.check(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "mark claim dead lettered", how{op: ledger.OpMarkDeadLettered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return outboxOut(o.completeClaim(ctx, "mark claim dead lettered", how{op: ledger.OpMarkDeadLettered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
-	})
+	}))
 }
 
 // ReleaseClaim gives the claim back without counting the attempt (see
@@ -335,9 +345,9 @@ func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason st
 	if err := o.s.check(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "release claim", how{op: ledger.OpReleaseClaim, actor: claim.Worker, reason: &reason}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return outboxOut(o.completeClaim(ctx, "release claim", how{op: ledger.OpReleaseClaim, actor: claim.Worker, reason: &reason}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.ReleaseClaim(claim, now)
-	})
+	}))
 }
 
 // SaveClaim writes a provider-directed transition under the claim (see
@@ -347,9 +357,9 @@ func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger
 	if err := o.s.check(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return o.completeClaim(ctx, "save claim", how{op: ledger.OpSaveClaim, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+	return outboxOut(o.completeClaim(ctx, "save claim", how{op: ledger.OpSaveClaim, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 		return e.SaveClaim(claim, entry, now)
-	})
+	}))
 }
 
 func scanEntry(row scanner) (ledger.OutboxEntry, error) {

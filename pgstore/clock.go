@@ -91,8 +91,10 @@ func (s *Store) decisionTime(ctx context.Context, op string, now time.Time) (tim
 		return now, nil
 	}
 	var db time.Time
-	if err := s.db.QueryRow(ctx, "SELECT statement_timestamp()").Scan(&db); err != nil {
-		return now, wrap(ctx, op, err)
+	if err := s.read(ctx, op, func(q dbtx) error {
+		return q.QueryRow(ctx, "SELECT statement_timestamp()").Scan(&db)
+	}); err != nil {
+		return now, err
 	}
 	db = ledger.Normalize(db)
 	s.recordSkew(ctx, op, ledger.Normalize(now).Sub(db))

@@ -29,7 +29,7 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return rs[0], nil
+	return deliveryOut(rs[0], nil)
 }
 
 // EnqueueBatch enqueues reqs in one transaction (see ledger.BatchEnqueuer):
@@ -44,7 +44,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 	if err != nil {
 		return nil, err
 	}
-	return s.enqueue(ctx, "enqueue batch", reqs, now)
+	return deliveriesOut(s.enqueue(ctx, "enqueue batch", reqs, now))
 }
 
 // Lease hands out offerable deliveries (see ledger.Ledger). In one
@@ -129,7 +129,7 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 			s.held.keepDelivery(l.Delivery.Clone())
 		}
 	}
-	return res, nil
+	return leaseOut(res, nil)
 }
 
 // grant runs the lease statement (leaseTemplate: ledger.Delivery.Grant in

@@ -169,6 +169,27 @@ func (r *diffRun) opAcknowledge() diffOp {
 		})}
 }
 
+// ackProcessedAnswer is what AcknowledgeProcessed answers.
+type ackProcessedAnswer struct{ Ack, Processed ledger.DeliveryResult }
+
+func (r *diffRun) opAcknowledgeProcessed() diffOp {
+	desc, lease := r.drawLease(true)
+	action, now := pickOne(r, []ledger.ActionRef{"act-1", "act-2"}), r.callNow()
+	var fence *ledger.Fence
+	if r.chance(30) {
+		fence = ledger.FenceOf(int64(r.rng.IntN(7)))
+	}
+	return diffOp{"AcknowledgeProcessed", fmt.Sprintf("AcknowledgeProcessed %s, fence %v, action %s, at %s", desc, fence, action, atT0(now)), writesDeliveries, nil,
+		withLease(lease, func(s *diffSide, l ledger.Lease) (ackProcessedAnswer, error) {
+			p, ok := s.l.(ledger.AckProcessor)
+			if !ok {
+				return ackProcessedAnswer{}, fmt.Errorf("%s: %T is no ledger.AckProcessor", s.name, s.l)
+			}
+			ack, processed, err := p.AcknowledgeProcessed(r.ctx, l, "seen", fence, action, now)
+			return ackProcessedAnswer{ack, processed}, err
+		})}
+}
+
 func (r *diffRun) opMarkFailed() diffOp {
 	desc, lease := r.drawLease(false)
 	reason, now := ledger.FailureReason{Message: pickOne(r, []string{"", "timeout", "host said no"}), Permanent: r.chance(25)}, r.callNow()

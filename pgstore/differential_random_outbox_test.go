@@ -273,6 +273,22 @@ func (r *diffRun) opClaimRetryReady() diffOp {
 		}}
 }
 
+func (r *diffRun) opClaimDue() diffOp {
+	req := r.claimRequest()
+	return diffOp{"ClaimDue", "ClaimDue " + descClaimRequest(req), writesDue, nil,
+		func(s *diffSide) (any, error) {
+			due, ok := s.o.(ledger.DueClaimer)
+			if !ok {
+				return nil, fmt.Errorf("%s: %T is no ledger.DueClaimer", s.name, s.o)
+			}
+			cs, err := due.ClaimDue(r.ctx, req)
+			if err == nil {
+				s.rememberClaims(cs)
+			}
+			return cs, err
+		}}
+}
+
 // drawClaim draws a claim; the function returns each side's own claim.
 // key names the entry the claim is sent for.
 func (r *diffRun) drawClaim() (desc, key string, claim func(s *diffSide) (ledger.Claim, error)) {

@@ -258,9 +258,10 @@ const (
 	// writesEntries: the entries of diffOp.keys.
 	writesEntries
 	// writesPending and writesRetryReady: any entry a claim could take
-	// (FindPending or FindRetryReady is compared after).
+	// (FindPending or FindRetryReady is compared after); writesDue, both.
 	writesPending
 	writesRetryReady
+	writesDue
 )
 
 // diffRun is the state of one seed: the generator, the two sides, what
@@ -325,6 +326,9 @@ func (r *diffRun) step(i int) {
 		r.compareRead(i, after, "FindPending", r.findPending)
 	case writesRetryReady:
 		r.compareRead(i, after, "FindRetryReady", r.findRetryReady)
+	case writesDue:
+		r.compareRead(i, after, "FindRetryReady", r.findRetryReady)
+		r.compareRead(i, after, "FindPending", r.findPending)
 	}
 }
 
@@ -432,6 +436,8 @@ func (r *diffRun) note(res any) {
 			r.claimKeys = append(r.claimKeys, grantKey{string(c.Claim.EntryID), c.Claim.Seq})
 			r.latestClaim[string(c.Claim.EntryID)] = c.Claim.Seq
 		}
+	case ackProcessedAnswer:
+		r.note(v.Processed)
 	case ledger.DeliveryResult:
 		if p := v.Delivery.Processing; v.Applied() && v.Delivery.State == ledger.DeliveryStateProcessed && p.Fence != nil {
 			if f, ok := r.fences[v.Delivery.Target]; !ok || *p.Fence > f {
@@ -453,6 +459,8 @@ func outcomesOf(res any, err error) []string {
 		return []string{"none"}
 	}
 	switch v := res.(type) {
+	case ackProcessedAnswer:
+		return []string{"ack " + string(v.Ack.Outcome), "processed " + string(v.Processed.Outcome)}
 	case ledger.DeliveryResult:
 		return []string{string(v.Outcome)}
 	case []ledger.DeliveryResult:

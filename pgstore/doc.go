@@ -61,9 +61,10 @@
 //
 // WithTx runs the store's calls inside the caller's pgx.Tx, so that an
 // enqueue or a transition commits or rolls back with the caller's own
-// writes (the transactional outbox). Each call then runs in a savepoint;
-// the store never commits or rolls back the caller's transaction, and a
-// failed call leaves it usable.
+// writes (the transactional outbox). Each call then runs in a savepoint,
+// every statement of it (reads and the clock read of WithDatabaseClock
+// included); the store never commits or rolls back the caller's
+// transaction, and a failed call leaves it usable.
 //
 //	tx, err := pool.Begin(ctx)
 //	defer tx.Rollback(ctx)
@@ -163,7 +164,9 @@
 // its own. Delivery is at least once: a holder that stalls
 // past its lease can still be working when another takes the delivery over;
 // tokens, lease sequence numbers and processing fences are the hard
-// guards, and claims do not make provider delivery exactly-once. The
+// guards, and claims do not make provider delivery exactly-once. Tokens
+// stay in the database: records leave the store without them, and only
+// the Lease or Claim a grant returns carries one. The
 // caller's clock is trusted: workers with skewed clocks see leases expire
 // at their own times.
 //

@@ -72,9 +72,14 @@ func (s *Store) inTx(ctx context.Context, op string, fn txFunc) error {
 	return s.retry(ctx, op, func() error { return s.runTx(ctx, fn) })
 }
 
-// read runs a read-only fn directly on the pool or the caller's
-// transaction, retried like inTx.
+// read runs a read-only fn directly on the pool, retried like inTx, or,
+// in the caller's transaction (WithTx), in a savepoint of its own that is
+// rolled back after it: there a failed statement would abort the caller's
+// transaction, which the store must never do.
 func (s *Store) read(ctx context.Context, op string, fn func(db dbtx) error) error {
+	if s.callerTx {
+		return s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) { return false, fn(tx) })
+	}
 	return s.retry(ctx, op, func() error { return fn(s.db) })
 }
 

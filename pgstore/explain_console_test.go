@@ -118,11 +118,13 @@ func TestExplainConsoleReads(t *testing.T) {
 		{"DeliveriesOpenOfOneCeremony", []read{{"ListOpen", q.browse.listOpenDeliveries, []any{"", none, "ceremony-2", openStates, page}, "deliveries", 2 * open}}},
 		{"Entries", []read{{"ListEntries", q.browse.listEntries[0], []any{"", none, none, page}, "outbox_entries", page}}},
 		{"EntriesOfOneProvider", []read{{"ListEntries", q.browse.listEntries[0], []any{"", []string{"mail"}, none, page}, "outbox_entries", page}}},
-		// A claim moves its entry from the index of unclaimed entries to
-		// that of claims, leaving an entry behind in the first until
-		// vacuum: the read may pass a few of those.
-		{"EntriesPending", []read{{"ListEntries", q.browse.listEntries[1], []any{"", none, []string{"pending"}, page}, "outbox_entries", 2*open + 10}}},
-		{"EntriesOpen", []read{{"ListEntries", q.browse.listEntries[1], []any{"", none, openStatuses, page}, "outbox_entries", 2*open + 10}}},
+		// The open entries are in three partial indexes (migration 0008),
+		// which the planner may read once per arm of the filter, and a
+		// claim leaves an entry behind in the index of unclaimed entries
+		// until vacuum: the read is bounded by the open rows, not by
+		// the ended ones.
+		{"EntriesPending", []read{{"ListEntries", q.browse.listEntries[1], []any{"", none, []string{"pending"}, page}, "outbox_entries", 3*open + 10}}},
+		{"EntriesOpen", []read{{"ListEntries", q.browse.listEntries[1], []any{"", none, openStatuses, page}, "outbox_entries", 3*open + 10}}},
 		{"DeadLetters", []read{
 			{"List", q.listDeliveries, []any{"", none, nil, []string{"failed", "expired"}, page}, "deliveries", 2 * page},
 			// The entries' IDs are UUIDs, so the open ones sort among

@@ -31,6 +31,13 @@ type deliveryCompletion struct {
 	id    ledger.DeliveryID
 	fence *ledger.Fence
 	step  deliveryStep
+	// then, when not nil, is a second transition made by thenHow (with
+	// its own history entry) on the record step left, when step applied:
+	// AcknowledgeProcessed's MarkProcessed after its Acknowledge. The
+	// call's result is then's; first receives step's. The fence is then's.
+	then    deliveryStep
+	thenHow how
+	first   *ledger.DeliveryResult
 }
 
 // entryCompletion is one claim completion of an outbox entry.
@@ -83,7 +90,32 @@ func (s *Store) complete(ctx context.Context, c deliveryCompletion) (ledger.Deli
 	if d := s.runHeldDeliveries(ctx, []deliveryCompletion{c})[0]; d.decided {
 		return d.res, wrap(ctx, c.op, d.err)
 	}
+	if c.then != nil {
+		return s.thenAlone(ctx, c)
+	}
 	res, err := s.transitionAlone(ctx, c)
+	if err == nil {
+		s.held.settledDelivery(c.id, res)
+	}
+	return res, err
+}
+
+// thenAlone runs a call of two steps on its own, as its two calls would
+// run: the first in a transaction of its own, then, when it applied, the
+// second in another (see ledger.AckProcessor).
+func (s *Store) thenAlone(ctx context.Context, c deliveryCompletion) (ledger.DeliveryResult, error) {
+	first := c
+	first.then, first.fence = nil, nil
+	res, err := s.transitionAlone(ctx, first)
+	if err == nil {
+		s.held.settledDelivery(c.id, res)
+	}
+	*c.first = res
+	if err != nil || !res.Applied() {
+		return ledger.DeliveryResult{}, err
+	}
+	second := deliveryCompletion{op: c.op, h: c.thenHow, id: c.id, fence: c.fence, step: c.then}
+	res, err = s.transitionAlone(ctx, second)
 	if err == nil {
 		s.held.settledDelivery(c.id, res)
 	}
@@ -275,7 +307,9 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 	}
 	st := &s.groups.stmts
 	results := make([]ledger.DeliveryResult, len(ms))
+	firsts := make([]ledger.DeliveryResult, len(ms)) // the first answers of calls of two steps
 	ok := runGroup(ctx, s, ms, func(c *groupConn) (*groupWrites, error) {
+		clear(firsts)
 		ids := make([]string, len(ms))
 		for i, m := range ms {
 			ids[i] = string(m.req.id)
@@ -306,6 +340,17 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 				results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: records.result(ids[i], d)}
 				continue
 			}
+			if c.then != nil {
+				// The first step is the call's first answer; the record
+				// it leaves is where the second starts.
+				firsts[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: records.apply(changeOf(c.h, d, next)).Clone()}
+				d = next
+				if next, outcome = c.then(d, highest); outcome != ledger.OutcomeApplied {
+					results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: records.result(ids[i], d)}
+					continue
+				}
+				c.h = c.thenHow
+			}
 			if c.fence != nil {
 				fences[string(d.Target)] = ledger.RaiseFence(highest, c.fence)
 			}
@@ -324,6 +369,9 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 	if ok {
 		for i, m := range ms {
 			m.res = results[i]
+			if m.req.then != nil {
+				*m.req.first = firsts[i]
+			}
 			s.held.settledDelivery(m.req.id, m.res)
 		}
 	}

@@ -307,6 +307,7 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 	shared := repeated(ids)
 	k := s.held.deliveries
 	w := &heldWrite[ledger.Delivery]{kind: k.kind, tail: k.tail, before: map[string][]column{}, last: map[string]ledger.Delivery{}}
+	firsts := map[int]ledger.Delivery{} // the record a call's first step left, when it has two
 	counts := &heldDeliveryCounts{}
 	w.counts = counts
 	picked := make([]int, 0, len(cs))
@@ -324,17 +325,30 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		if outcome != ledger.OutcomeApplied {
 			continue
 		}
+		changes := []deliveryChange{changeOf(c.h, held, next)}
+		if c.then != nil {
+			done, outcome := c.then(next, nil)
+			if outcome != ledger.OutcomeApplied {
+				continue
+			}
+			changes = append(changes, changeOf(c.thenHow, next, done))
+			next = done
+		}
 		cols, err := k.kind.columns(held)
 		if err != nil {
 			continue
 		}
-		ch := changeOf(c.h, held, next)
 		w.ids = append(w.ids, ids[i])
 		w.tokens = append(w.tokens, string(held.Lease.Token))
 		w.before[ids[i]] = cols
 		w.last[ids[i]] = next
-		if !s.cfg.noHistory {
-			w.hist.add(ids[i], ch.t)
+		for _, ch := range changes {
+			if !s.cfg.noHistory {
+				w.hist.add(ids[i], ch.t)
+			}
+		}
+		if c.then != nil {
+			firsts[i] = changes[0].after
 		}
 		counts.change(&held, &next)
 		picked = append(picked, i)
@@ -355,6 +369,9 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		case written[id]:
 			after := w.last[id]
 			out[i] = heldOutcome[ledger.DeliveryResult]{decided: true, res: ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: after.Clone()}}
+			if first, ok := firsts[i]; ok {
+				*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: first.Clone()}
+			}
 			s.held.keepDelivery(after)
 		default:
 			k.cache.drop(id) // the row moved on: the held copy is stale

@@ -44,6 +44,10 @@ type how struct {
 	// reason, when not nil, replaces the reason the root package finds:
 	// ReleaseClaim records its caller's, which the entry does not keep.
 	reason *string
+	// holder, when set, takes the actor from the record instead: the
+	// owner of its lease in force (AcknowledgeProcessed acts for the
+	// owner the record holds, whatever its caller's lease says).
+	holder bool
 }
 
 // change is one applied transition of a record (a delivery or an outbox
@@ -61,7 +65,11 @@ type deliveryChange = change[ledger.Delivery]
 // bumps Version by exactly one and a record starts at 1, so the entries
 // of a record are numbered 1, 2, 3, ... as ledger.Transition asks.
 func changeOf(h how, before, after ledger.Delivery) deliveryChange {
-	t := ledger.DeliveryTransition(h.op, &before, &after, h.actor)
+	actor := h.actor
+	if h.holder && before.Lease != nil {
+		actor = before.Lease.Owner.String()
+	}
+	t := ledger.DeliveryTransition(h.op, &before, &after, actor)
 	t.Seq = after.Version
 	if h.reason != nil {
 		t.Reason = *h.reason

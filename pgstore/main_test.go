@@ -7,14 +7,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/leaseledger/ledger/internal/pgtest"
 	"github.com/leaseledger/ledger/pgstore"
 )
 
 // TestMain gives the package one throwaway PostgreSQL cluster (or the
-// server named by LEDGER_TEST_DATABASE_URL).
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// server named by LEDGER_TEST_DATABASE_URL), and fails the binary when a
+// goroutine outlives the tests that passed: pools, listeners and group
+// commit leaders must all be gone.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Harness(m)) }
 
 // t0 is the fixed instant the tests compute their times from.
 var t0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)

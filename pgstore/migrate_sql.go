@@ -31,8 +31,8 @@ import (
 // index the interruption left INVALID. A schema name that WithSchema
 // would refuse is ErrInvalid.
 func MigrationSQL(schema string) (string, error) {
-	if !schemaName.MatchString(schema) {
-		return "", fmt.Errorf("pgstore: migration SQL: %w", invalidSchema())
+	if err := checkSchema(schema); err != nil {
+		return "", fmt.Errorf("pgstore: migration SQL: %w", err)
 	}
 	ms, err := loadMigrations()
 	if err != nil {

@@ -67,10 +67,20 @@ func TestMigrate(t *testing.T) {
 		pool := pgtest.Pool(t)
 		for _, name := range []string{
 			`x"; drop table y; --`, "", strings.Repeat("a", 64), "1abc", "a-b", "a.b", "sch\x00ema", "é",
+			// The system's own schemas, which Migrate must never write
+			// into (information_schema) or cannot create (pg_...).
+			"pg_catalog", "pg_toast", "pg_temp", "pg_ledger", "PG_Catalog", "information_schema", "Information_Schema",
 		} {
 			s, err := pgstore.New(pool, pgstore.WithSchema(name))
 			require.ErrorIs(t, err, ledger.ErrInvalid, "schema %q", name)
+			var inv *ledger.InvalidError
+			require.ErrorAs(t, err, &inv)
+			require.Equal(t, "schema", inv.Field)
 			require.Nil(t, s)
+		}
+		for _, name := range []string{"public", "my_pg_ledger", "pg", "pgledger", "information_schema2"} {
+			_, err := pgstore.New(pool, pgstore.WithSchema(name))
+			require.NoError(t, err, "schema %q", name)
 		}
 		s, err := pgstore.New(pool, pgstore.WithSchema(strings.Repeat("a", 63)))
 		require.NoError(t, err)

@@ -82,9 +82,11 @@ const deliveryGrantSet = `
 	version = d.version + 1`
 
 // outboxGrantSet expresses ledger.OutboxEntry.Grant in SQL. Parameters: $1
-// now, $4 worker, $5 expiry.
+// now, $4 worker, $5 expiry. Attempts stops at ledger.MaxCount, the
+// integer column's largest value, as Grant does: one more would fail the
+// statement, and with it every claim behind the entry.
 const outboxGrantSet = `
-	attempts = d.attempts + 1,
+	attempts = LEAST(d.attempts, 2147483646) + 1,
 	claim_seq = d.claim_seq + 1,
 	claim_worker = $4,
 	claim_token = granted.token,
@@ -145,29 +147,54 @@ WITH picked AS (
 )
 SELECT %[3]s FROM updated ORDER BY was_available_at, id`
 
-// claimTemplate is leaseTemplate for the outbox: ledger.OutboxEntry.Grant
-// in SQL (outboxGrantSet) over up to $2 rows of %[1]s matching %[2]s in
-// order %[3]s, each paired with a token of $3, the history entries written
-// by the same statement when $8 is true, and the claimed entries (%[4]s)
-// returned in that order, which a claim does not change. A claim changes
-// neither the status nor the last error, so its entry
-// (ledger.EntryTransition) goes from the status to itself and has no
-// reason. Parameters beside outboxGrantSet's: $6 the operation, $7 the
-// outcome, $8 whether history is on; the actor is the worker, $4.
-const claimTemplate = `
-WITH fresh AS (
-	SELECT id, %[7]s FROM %[1]s
-	WHERE %[2]s AND claim_token IS NULL
-	ORDER BY %[3]s
+// claimSource is where a claim statement picks from: the entries
+// matching where, in order, the key of that order as (at, seq, id) and
+// the class the source comes in among the sources of one statement.
+type claimSource struct {
+	where, order string
+	at, seq      string
+	class        int
+}
+
+// claimPicks returns the CTEs that pick the candidates of src, named
+// fresh_<n> and lapsed_<n>: up to $2 unclaimed entries in order, and
+// every entry whose claim ran out at $1 (migration 0008 indexes both), each
+// as (id, class, at, seq), locked, skipping rows other callers hold. The
+// first $2 of all candidates in (class, at, seq, id) order are then exactly
+// the first $2 claimable entries, though only the unclaimed head of the
+// queue and the lapsed claims were read.
+func claimPicks(table string, n int, src claimSource) (ctes, union string) {
+	cols := fmt.Sprintf("id, %d AS class, %s AS at, %s AS seq", src.class, src.at, src.seq)
+	ctes = fmt.Sprintf(`fresh_%[1]d AS (
+	SELECT %[2]s FROM %[3]s
+	WHERE %[4]s AND claim_token IS NULL
+	ORDER BY %[5]s
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-), lapsed AS (
-	SELECT id, %[7]s FROM %[1]s
-	WHERE claim_token IS NOT NULL AND claim_expires_at <= $1 AND %[2]s
+), lapsed_%[1]d AS (
+	SELECT %[2]s FROM %[3]s
+	WHERE claim_token IS NOT NULL AND claim_expires_at <= $1 AND %[4]s
 	FOR UPDATE SKIP LOCKED
-), picked AS (
-	SELECT id FROM (SELECT * FROM fresh UNION ALL SELECT * FROM lapsed) AS c
-	ORDER BY %[3]s
+)`, n, cols, table, src.where, src.order)
+	union = fmt.Sprintf("SELECT * FROM fresh_%[1]d UNION ALL SELECT * FROM lapsed_%[1]d", n)
+	return ctes, union
+}
+
+// claimTemplate is leaseTemplate for the outbox: ledger.OutboxEntry.Grant
+// in SQL (outboxGrantSet) over up to $2 rows picked by %[2]s (the CTEs of
+// claimPicks) from %[3]s (their union), in (class, at, seq, id) order,
+// each paired with a token of $3, the history entries written by the same
+// statement when $8 is true, and the claimed entries (%[4]s) returned in
+// order %[7]s, which a claim does not change. A claim changes neither the
+// status nor the last error, so its entry (ledger.EntryTransition) goes
+// from the status to itself and has no reason. Parameters beside
+// outboxGrantSet's: $6 the operation, $7 the outcome, $8 whether history
+// is on; the actor is the worker, $4. %[1]s is the table, %[5]s its columns
+// qualified by d, %[6]s the history table.
+const claimTemplate = `
+WITH %[2]s, picked AS (
+	SELECT id FROM (%[3]s) AS c
+	ORDER BY class, at, seq, id
 	LIMIT $2
 ` + pairTokens + `
 	UPDATE %[1]s AS d SET ` + outboxGrantSet + `
@@ -180,7 +207,12 @@ WITH fresh AS (
 	FROM updated
 	WHERE $8::boolean
 )
-SELECT %[4]s FROM updated ORDER BY %[3]s`
+SELECT %[4]s FROM updated ORDER BY %[7]s`
+
+// dueOrder orders what ClaimDue returns: retry-ready entries first, as
+// retryOrder, then pending ones, as pendingOrder.
+const dueOrder = `status = 'pending', CASE WHEN status = 'pending' THEN created_at ELSE next_attempt_at END,
+	CASE WHEN status = 'pending' THEN enqueue_seq END, id`
 
 // findTemplate is FindPending and FindRetryReady: up to %[5]s rows of
 // %[2]s matching %[3]s, claimed or not, in order %[4]s. The unclaimed ones
@@ -210,7 +242,7 @@ type queries struct {
 	getEntry, lockEntry, entriesByID          string
 	updateEntry                               string
 	findPending, findRetryReady               string
-	claimPending, claimRetryReady             string
+	claimPending, claimRetryReady, claimDue   string
 	migrationsTableExists, appliedMigrations  string
 	recordMigration, createSchema, advisoryXL string
 
@@ -259,8 +291,20 @@ func newQueries(schema string) *queries {
 	}
 	// grant returns a grant statement that also returns the columns
 	// carried as they were before the grant, after the new record's.
-	claim := func(where, order, keys string) string {
-		return fmt.Sprintf(claimTemplate, outbox, where, order, strings.Join(ocols, ", "), qualified("d", ocols), entryHistory, keys)
+	// The claim sources: pending entries, oldest first, and retry-ready
+	// ones, earliest due first, which come first when both are claimed.
+	pendingSource := claimSource{where: pendingWhere, order: pendingOrder, at: "created_at", seq: "enqueue_seq", class: 1}
+	retryReadySource := claimSource{where: retryReadyWhere, order: retryOrder, at: "next_attempt_at", seq: "0::bigint", class: 0}
+	// claim returns the claim statement over srcs, whose entries it
+	// returns in order.
+	claim := func(order string, srcs ...claimSource) string {
+		var ctes, unions []string
+		for n, src := range srcs {
+			c, u := claimPicks(outbox, n, src)
+			ctes, unions = append(ctes, c), append(unions, u)
+		}
+		return fmt.Sprintf(claimTemplate, outbox, strings.Join(ctes, ", "), strings.Join(unions, " UNION ALL "),
+			strings.Join(ocols, ", "), qualified("d", ocols), entryHistory, order)
 	}
 
 	q := &queries{
@@ -307,8 +351,9 @@ func newQueries(schema string) *queries {
 		// hand, through the index of claims.
 		findPending:     fmt.Sprintf(findTemplate, strings.Join(ocols, ", "), outbox, pendingWhere, pendingOrder, "$1"),
 		findRetryReady:  fmt.Sprintf(findTemplate, strings.Join(ocols, ", "), outbox, retryReadyWhere, retryOrder, "$2"),
-		claimPending:    claim(pendingWhere, pendingOrder, "created_at, enqueue_seq"),
-		claimRetryReady: claim(retryReadyWhere, retryOrder, "next_attempt_at"),
+		claimPending:    claim(pendingOrder, pendingSource),
+		claimRetryReady: claim(retryOrder, retryReadySource),
+		claimDue:        claim(dueOrder, retryReadySource, pendingSource),
 
 		createSchema: "CREATE SCHEMA IF NOT EXISTS " + s,
 		advisoryXL:   "SELECT pg_catalog.pg_advisory_xact_lock($1)",

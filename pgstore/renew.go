@@ -32,10 +32,10 @@ func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Tim
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.transition(ctx, "renew lease", how{op: ledger.OpRenewLease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+	return deliveryOut(s.transition(ctx, "renew lease", how{op: ledger.OpRenewLease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
 		d, o := d.Renew(lease, now, duration)
 		return d, o, nil
-	})
+	}))
 }
 
 // RenewClaim moves the expiry of the claim in force to now+duration,
@@ -78,5 +78,5 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return res, nil
+	return outboxOut(res, nil)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +19,9 @@ import (
 var (
 	_ ledger.Ledger              = (*Store)(nil)
 	_ ledger.BatchEnqueuer       = (*Store)(nil)
+	_ ledger.AckProcessor        = (*Store)(nil)
 	_ ledger.ClaimStore          = (*Outbox)(nil)
+	_ ledger.DueClaimer          = (*Outbox)(nil)
 	_ ledger.OutboxBatchEnqueuer = (*Outbox)(nil)
 )
 
@@ -29,17 +32,29 @@ const DefaultSchema = "leaseledger"
 // failed with a safely retryable error, unless WithMaxRetries says otherwise.
 const DefaultMaxRetries = 3
 
-// MaxPayloadLimit bounds WithMaxPayload: PostgreSQL's bytea holds at most
-// 1 GiB, and a payload that large belongs in object storage anyway.
-const MaxPayloadLimit = 256 << 20
+// MaxPayloadLimit bounds WithMaxPayload: ledger.MaxPayloadLimit, the same
+// bound memstore keeps.
+const MaxPayloadLimit = ledger.MaxPayloadLimit
 
 // schemaName is what WithSchema accepts: an identifier-like name, so that
 // it reads the same quoted or not and never needs escaping by an operator.
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// invalidSchema is the error for a schema name schemaName refuses.
-func invalidSchema() error {
-	return &ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"}
+// checkSchema returns the error for a schema name WithSchema refuses:
+// one schemaName does not match, or one of the system's (a pg_ prefix,
+// which PostgreSQL reserves, or information_schema), in any case; nil for
+// a name it accepts.
+func checkSchema(name string) error {
+	lower := strings.ToLower(name)
+	switch {
+	case !schemaName.MatchString(name):
+		return &ledger.InvalidError{Field: "schema", Reason: "must be 1 to 63 bytes of [A-Za-z0-9_], not starting with a digit"}
+	case strings.HasPrefix(lower, "pg_"):
+		return &ledger.InvalidError{Field: "schema", Reason: "must not start with pg_, which PostgreSQL reserves for its own schemas"}
+	case lower == "information_schema":
+		return &ledger.InvalidError{Field: "schema", Reason: "must not be information_schema, the system catalog's"}
+	}
+	return nil
 }
 
 // config is what the Options set.
@@ -66,12 +81,15 @@ type Option func(*config)
 
 // WithSchema sets the PostgreSQL schema that holds the store's tables
 // (default DefaultSchema). The name must be 1 to 63 bytes of ASCII letters,
-// digits and underscores, not starting with a digit; anything else makes
-// New fail with ErrInvalid. Migrate creates the schema if it is missing.
+// digits and underscores, not starting with a digit, and not one of the
+// system's: a name starting with pg_ (PostgreSQL reserves them, and
+// Migrate could not create one) or information_schema (the SQL standard's
+// catalog views), in any case. Anything else makes New fail with
+// ErrInvalid. Migrate creates the schema if it is missing.
 func WithSchema(name string) Option {
 	return func(c *config) {
-		if !schemaName.MatchString(name) {
-			c.fail(invalidSchema())
+		if err := checkSchema(name); err != nil {
+			c.fail(err)
 			return
 		}
 		c.schema = name
@@ -214,9 +232,11 @@ func (s *Store) Schema() string { return s.cfg.schema }
 // together with the caller's business writes. The store never commits or
 // rolls back tx: each call runs in a savepoint of it, released when the
 // call succeeds and rolled back when it fails, so a failed call leaves tx
-// usable. Calls made through it are not retried, and their locks are held
-// until the caller ends tx: keep such transactions short. A nil tx makes
-// every call fail with ErrInvalid.
+// usable. Every statement a call sends runs inside a savepoint, reads and
+// the database clock read (WithDatabaseClock) included: nothing the store
+// runs can abort the caller's transaction. Calls made through it are not
+// retried, and their locks are held until the caller ends tx: keep such
+// transactions short. A nil tx makes every call fail with ErrInvalid.
 //
 // Note that a delivery enqueued in tx is invisible to other transactions
 // (and so cannot be leased) until tx commits.

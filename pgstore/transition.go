@@ -94,10 +94,43 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "acknowledge", h: how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, id: lease.DeliveryID,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "acknowledge", h: how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Acknowledge(lease, observation, now)
-		}})
+		}}))
+}
+
+// AcknowledgeProcessed acknowledges under lease and, when that applied,
+// marks the delivery processed by the owner that acknowledged it (see
+// ledger.AckProcessor). On a delivery this store leased, without a fence,
+// both are one write in one transaction, grouped with other calls; a call
+// the store cannot decide that way runs as its two calls would, each in a
+// transaction of its own. When the call fails with an error, ack is the
+// acknowledgement's answer if that committed, else zero.
+func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ack, processed ledger.DeliveryResult, err error) {
+	if err := s.check(ctx, ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
+		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
+	}
+	now, err = s.decisionTime(ctx, "acknowledge processed", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
+	}
+	var first ledger.DeliveryResult
+	processed, err = s.complete(ctx, deliveryCompletion{op: "acknowledge processed", id: lease.DeliveryID, fence: fence,
+		h: how{op: ledger.OpAcknowledge, holder: true},
+		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.Acknowledge(lease, observation, now)
+		},
+		thenHow: how{op: ledger.OpMarkProcessed, holder: true},
+		then: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.MarkProcessed(d.Ack.Owner, fence, highest, action, now)
+		},
+		first: &first})
+	// first holds the acknowledgement's answer once it committed (with
+	// the second step, or on its own), and is zero otherwise.
+	ack, _ = deliveryOut(first, nil)
+	processed, err = deliveryOut(processed, err)
+	return ack, processed, err
 }
 
 // MarkProcessed closes an acknowledged delivery (see ledger.Ledger). With
@@ -112,10 +145,10 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "mark processed", h: how{op: ledger.OpMarkProcessed, actor: owner.String()}, id: id, fence: fence,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "mark processed", h: how{op: ledger.OpMarkProcessed, actor: owner.String()}, id: id, fence: fence,
 		step: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.MarkProcessed(owner, fence, highest, action, now)
-		}})
+		}}))
 }
 
 // RecordActivation notes what a push or wake-up did (see ledger.Ledger).
@@ -127,10 +160,10 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "record activation", h: how{op: ledger.OpRecordActivation}, id: id,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "record activation", h: how{op: ledger.OpRecordActivation}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.RecordActivation(activation, now)
-		}})
+		}}))
 }
 
 // MarkFailed gives up the attempt held under lease (see ledger.Ledger).
@@ -142,10 +175,10 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "mark failed", h: how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, id: lease.DeliveryID,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "mark failed", h: how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.MarkFailed(lease, reason, now)
-		}})
+		}}))
 }
 
 // Release gives the lease back without counting the attempt (see
@@ -158,10 +191,10 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "release", h: how{op: ledger.OpRelease, actor: lease.Owner.String()}, id: lease.DeliveryID,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "release", h: how{op: ledger.OpRelease, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Release(lease, now)
-		}})
+		}}))
 }
 
 // Abandon ends one open delivery as Expired with cause (see ledger.Ledger).
@@ -173,10 +206,10 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Abandon(cause, now)
-		}})
+		}}))
 }
 
 // Get returns one delivery in any state; an error matching
@@ -197,7 +230,7 @@ func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery,
 	if err != nil {
 		return ledger.Delivery{}, err
 	}
-	return d, nil
+	return d.Redacted(), nil
 }
 
 // List returns one page of deliveries in ID order (byte order), keyset
@@ -236,6 +269,9 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 	})
 	if err != nil {
 		return ledger.Page{}, err
+	}
+	for i := range page.Deliveries {
+		page.Deliveries[i] = page.Deliveries[i].Redacted()
 	}
 	return page, nil
 }

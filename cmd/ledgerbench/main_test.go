@@ -70,10 +70,12 @@ func TestRunInMemory(t *testing.T) {
 	assert.Equal(t, verdictNA, value(t, rep, workloadDeliveryDrain, "drain: lease, acknowledge, processed").Verdict)
 	assert.Equal(t, verdictNA, value(t, rep, workloadCompletions, "completion calls (acknowledge, processed)").Verdict)
 
-	// About a second at 1,000 items/s: most of what was offered completes,
-	// and nothing completes before it was due.
+	// About a second at 1,000 items/s: work completes, never more than was
+	// offered. How much of it completes in the second depends on the
+	// machine (a race-detector build on a busy one completes far less),
+	// which is for the benchmark to measure, not for a test to judge.
 	completed := value(t, rep, workloadSteady, "completed").Value
-	assert.Greater(t, completed, 500.0)
+	assert.Positive(t, completed)
 	assert.Less(t, completed, 1500.0)
 	p50 := value(t, rep, workloadSteady, "enqueue to completion p50")
 	p99 := value(t, rep, workloadSteady, "enqueue to completion p99")

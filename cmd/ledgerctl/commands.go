@@ -113,6 +113,11 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 		if err != nil {
 			return err
 		}
+		// Deliveries and outbox entries share the ID rule; checked before
+		// connecting, as every input is.
+		if err := ledger.ValidateGet(id); err != nil {
+			return invalidInput(err)
+		}
 		store, closePool, err := open(ctx, *c, false)
 		if err != nil {
 			return err
@@ -175,9 +180,11 @@ func causeFlags(fs *flag.FlagSet) func() (ledger.Cause, error) {
 }
 
 // causeCall does what abandon and expire-ceremony share before their call:
-// take the one positional ID (named what), the cause flags, and open the
-// store. The caller closes the pool.
-func causeCall(ctx context.Context, c common, pos []string, what string, cause func() (ledger.Cause, error)) (string, ledger.Cause, *pgstore.Store, func(), error) {
+// take the one positional ID (named what), the cause flags, check the
+// call's whole input with validate (given the ID, the cause and now), and
+// only then open the store. The caller closes the pool.
+func causeCall(ctx context.Context, c common, pos []string, what string, cause func() (ledger.Cause, error),
+	validate func(id string, cause ledger.Cause, now time.Time) error) (string, ledger.Cause, *pgstore.Store, func(), error) {
 	id, err := exactlyOne(pos, what)
 	if err != nil {
 		return "", ledger.Cause{}, nil, nil, err
@@ -185,6 +192,9 @@ func causeCall(ctx context.Context, c common, pos []string, what string, cause f
 	cs, err := cause()
 	if err != nil {
 		return "", ledger.Cause{}, nil, nil, err
+	}
+	if err := validate(id, cs, time.Now()); err != nil {
+		return "", ledger.Cause{}, nil, nil, invalidInput(err)
 	}
 	store, closePool, err := open(ctx, c, false)
 	if err != nil {
@@ -202,7 +212,9 @@ type abandonJSON struct {
 func setupAbandon(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	cause := causeFlags(fs)
 	return func(ctx context.Context, e env, pos []string) error {
-		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "delivery ID", cause)
+		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "delivery ID", cause, func(id string, cs ledger.Cause, now time.Time) error {
+			return ledger.ValidateAbandon(ledger.DeliveryID(id), cs, now)
+		})
 		if err != nil {
 			return err
 		}
@@ -219,12 +231,12 @@ func setupAbandon(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 		}
 		switch res.Outcome {
 		case ledger.OutcomeApplied:
-			fmt.Fprintf(e.stdout, "abandoned %s: now %s (cause %s)\n", id, res.Delivery.State, cs.Kind)
+			fmt.Fprintf(e.stdout, "abandoned %s: now %s (cause %s)\n", display(id), res.Delivery.State, display(string(cs.Kind)))
 		case ledger.OutcomeEnded:
 			// Not an error: the operator wanted it ended, and it is.
-			fmt.Fprintf(e.stdout, "%s already ended: %s at %s; nothing changed\n", id, res.Delivery.State, fmtTime(res.Delivery.EndedAt))
+			fmt.Fprintf(e.stdout, "%s already ended: %s at %s; nothing changed\n", display(id), res.Delivery.State, fmtTime(res.Delivery.EndedAt))
 		default:
-			fmt.Fprintf(e.stdout, "%s: %s\n", id, res.Outcome)
+			fmt.Fprintf(e.stdout, "%s: %s\n", display(id), res.Outcome)
 		}
 		return nil
 	}
@@ -239,7 +251,9 @@ type sweepJSON struct {
 func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	cause := causeFlags(fs)
 	return func(ctx context.Context, e env, pos []string) error {
-		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "ceremony ID", cause)
+		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "ceremony ID", cause, func(id string, cs ledger.Cause, now time.Time) error {
+			return ledger.ValidateExpireCeremony(ledger.CeremonyID(id), cs, now)
+		})
 		if err != nil {
 			return err
 		}
@@ -260,9 +274,9 @@ func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env,
 		if c.json {
 			return writeJSON(e.stdout, sweepJSON{Ceremony: ledger.CeremonyID(id), Changed: changed})
 		}
-		fmt.Fprintf(e.stdout, "expired %d open deliveries of ceremony %s (cause %s)\n", len(changed), id, cs.Kind)
+		fmt.Fprintf(e.stdout, "expired %d open deliveries of ceremony %s (cause %s)\n", len(changed), display(id), display(string(cs.Kind)))
 		for _, d := range changed {
-			fmt.Fprintf(e.stdout, "  %s\n", d)
+			fmt.Fprintf(e.stdout, "  %s\n", display(string(d)))
 		}
 		return nil
 	}
@@ -288,6 +302,11 @@ func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 		if err != nil {
 			return err
 		}
+		// A cut-off the library refuses (before 1970, after 2262) is
+		// refused here, before connecting.
+		if err := ledger.ValidatePurge(cutoff, ledger.MaxLimit); err != nil {
+			return fail("invalid -older-than %q: %v", *olderThan, err)
+		}
 		store, closePool, err := open(ctx, *c, false)
 		if err != nil {
 			return err
@@ -301,7 +320,9 @@ func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 			n, err := store.PurgeDeliveries(ctx, cutoff, ledger.MaxLimit)
 			out.Deliveries += n
 			if err != nil {
-				fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries before the error\n", out.Deliveries)
+				if out.Deliveries > 0 {
+					fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries before the error\n", out.Deliveries)
+				}
 				return invalidInput(err)
 			}
 			if n < ledger.MaxLimit {
@@ -313,7 +334,9 @@ func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 			n, err := outbox.PurgeEntries(ctx, cutoff, ledger.MaxLimit)
 			out.OutboxEntries += n
 			if err != nil {
-				fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries and %d outbox entries before the error\n", out.Deliveries, out.OutboxEntries)
+				if out.Deliveries+out.OutboxEntries > 0 {
+					fmt.Fprintf(e.stderr, "ledgerctl: purged %d deliveries and %d outbox entries before the error\n", out.Deliveries, out.OutboxEntries)
+				}
 				return invalidInput(err)
 			}
 			if n < ledger.MaxLimit {

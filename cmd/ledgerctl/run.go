@@ -176,14 +176,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	return exitOK
 }
 
-// report prints err and returns its exit code.
+// report prints err, with everything in it that would not show escaped
+// (it may quote the operator's input or the server's words), and returns
+// its exit code.
 func report(stderr io.Writer, err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
-		fmt.Fprintf(stderr, "ledgerctl: %s\n", ee.msg)
+		fmt.Fprintf(stderr, "ledgerctl: %s\n", clean(ee.msg))
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "ledgerctl: %v\n", err)
+	fmt.Fprintf(stderr, "ledgerctl: %s\n", clean(err.Error()))
 	return exitFailed
 }
 

@@ -71,7 +71,7 @@ func printStats(w io.Writer, s statsJSON) {
 	}
 	slices.Sort(causes)
 	for _, k := range causes {
-		fmt.Fprintf(tw, "expired: %s\t%d\n", k, d.ByCause[k])
+		fmt.Fprintf(tw, "expired: %s\t%d\n", display(string(k)), d.ByCause[k])
 	}
 	fmt.Fprintf(tw, "depth (offerable now)\t%d\n", d.Depth)
 	fmt.Fprintf(tw, "lag (oldest offerable)\t%s\n", fmtLag(d.Lag, d.OldestAvailableAt))
@@ -105,7 +105,7 @@ func printHistory(w io.Writer, history []ledger.Transition) {
 	fmt.Fprintln(tw, "SEQ\tAT\tOP\tFROM\tTO\tACTOR\tREASON")
 	for _, t := range history {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			t.Seq, fmtTime(t.At), t.Op, orDash(t.From), t.To, orDash(t.Actor), orDash(t.Reason))
+			t.Seq, fmtTime(t.At), display(string(t.Op)), orDash(t.From), display(t.To), orDash(t.Actor), orDash(t.Reason))
 	}
 	_ = tw.Flush()
 }

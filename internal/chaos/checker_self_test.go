@@ -34,7 +34,8 @@ func selfHistory(secondAt int) ([]call, finalState) {
 	}
 	final := finalState{deliveries: map[string]ledger.Delivery{
 		"held": {ID: "held", Target: "host-0", Policy: ledger.Policy{MaxAttempts: 2}, State: ledger.DeliveryStateFailed,
-			Attempts: 2, LeaseSeq: 2, EndedAt: at(500), Version: 4},
+			Attempts: 2, LeaseSeq: 2, EndedAt: at(500), Version: 4,
+			LastFailure: &ledger.Failure{Kind: ledger.FailureLeaseExpired, Owner: ledger.Owner{Agent: "b", Incarnation: "1"}}},
 	}}
 	return calls, final
 }
@@ -55,10 +56,9 @@ func TestCheckerFindsLostAndDoubleHeldItems(t *testing.T) {
 	assert.Equal(t, 1, rep.duplicated, "held went to two holders")
 
 	// The same history with the second grant at the first one's expiry,
-	// and "lost" in the store, is clean.
+	// and "lost" never enqueued, is clean.
 	calls, final = selfHistory(110)
-	final.deliveries["lost"] = ledger.Delivery{ID: "lost", Policy: ledger.Policy{MaxAttempts: 2}, State: ledger.DeliveryStateExpired,
-		EndedAt: at(600), Version: 1}
+	calls[0].IDs, calls[0].Outcomes = calls[0].IDs[1:], calls[0].Outcomes[1:]
 	rep = check(calls, final, checkOptions{})
 	for _, inv := range invariants() {
 		assert.Empty(t, rep.violations[inv], rep.failure(inv))
@@ -87,7 +87,7 @@ func TestCheckerFindsStaleFenceAndInvisibleCalls(t *testing.T) {
 	}
 	processed := func(id, action string) ledger.Delivery {
 		return ledger.Delivery{ID: ledger.DeliveryID(id), Target: "host-0", Policy: ledger.Policy{MaxAttempts: 2}, State: ledger.DeliveryStateProcessed,
-			Attempts: 1, LeaseSeq: 1, EndedAt: at(50), Version: 4,
+			Attempts: 1, LeaseSeq: 1, EndedAt: at(30), Version: 4,
 			Ack: &ledger.Acknowledgement{Owner: o}, Processing: &ledger.Processing{Action: ledger.ActionRef(action)}}
 	}
 	// The store lost y's processing: the record says it is only acknowledged.
@@ -104,4 +104,60 @@ func TestCheckerFindsStaleFenceAndInvisibleCalls(t *testing.T) {
 	assert.Contains(t, rep.failure(invVisible), "returned before the server crash")
 	assert.NotEmpty(t, rep.violations[invTerminal], "y is still open")
 	assert.NotEmpty(t, rep.violations[invNoWrite], "y's version does not count its processing")
+}
+
+// TestCheckerAccountsForEveryItem: the store's records are counted
+// against the plan. An item nobody logged an enqueue of is allowed only
+// as many times over as killed processes can have lost, and a record more
+// than the history accounts for fails the run.
+func TestCheckerAccountsForEveryItem(t *testing.T) {
+	e0, e1 := string(ledger.OutboxEntryIDFor(entryKey(0))), string(ledger.OutboxEntryIDFor(entryKey(1)))
+	calls := []call{
+		{Proc: "p", N: 1, Status: statusOK, Fn: fnEnqueue, Kind: kindDelivery, Now: at(0), Invoked: 1, Returned: 2,
+			IDs: []string{string(deliveryID(0))}, Outcomes: []ledger.Outcome{ledger.OutcomeApplied}},
+		{Proc: "p", N: 2, Status: statusOK, Fn: fnEnqueue, Kind: kindEntry, Invoked: 3, Returned: 4,
+			IDs: []string{e0, e1}, Outcomes: []ledger.Outcome{ledger.OutcomeApplied, ledger.OutcomeApplied}},
+	}
+	final := func(storedEntries int) finalState {
+		return finalState{
+			deliveries:       map[string]ledger.Delivery{string(deliveryID(0)): {ID: deliveryID(0), State: ledger.DeliveryStateOffered, Version: 1}},
+			entries:          map[string]ledger.OutboxEntry{e0: {ID: ledger.OutboxEntryID(e0)}, e1: {ID: ledger.OutboxEntryID(e1)}},
+			storedDeliveries: 1, storedEntries: storedEntries,
+		}
+	}
+	// d000001 was planned but never logged: a killed process may explain it.
+	rep := check(calls, final(2), checkOptions{planned: 2, kills: 1})
+	assert.Empty(t, rep.violations[invCount], rep.failure(invCount))
+	assert.Equal(t, 1, rep.accounts[kindDelivery].untried)
+
+	rep = check(calls, final(2), checkOptions{planned: 2})
+	require.Len(t, rep.violations[invCount], 1, rep.failure(invCount))
+	assert.Contains(t, rep.violations[invCount][0], "never enqueued")
+
+	// The store counts three entries where the history accounts for two.
+	rep = check(calls, final(3), checkOptions{planned: 2, kills: 1})
+	require.Len(t, rep.violations[invCount], 1, rep.failure(invCount))
+	assert.Contains(t, rep.violations[invCount][0], "the store holds 3 records")
+}
+
+// TestCheckerExplainsEveryEnd: a terminal record must be the work of a
+// call that may have ended it, at the time it says; its version counting
+// one transition, as a silent end that bumps nothing leaves it, does not
+// make it so.
+func TestCheckerExplainsEveryEnd(t *testing.T) {
+	calls := []call{
+		{Proc: "p", N: 1, Status: statusOK, Fn: fnEnqueue, Kind: kindDelivery, Now: at(0), Invoked: 1, Returned: 2,
+			IDs: []string{"quiet"}, Outcomes: []ledger.Outcome{ledger.OutcomeApplied}},
+		{Proc: "p", N: 2, Status: statusOK, Fn: fnExpire, Kind: kindDelivery, Now: at(100), Invoked: 3, Returned: 4},
+	}
+	ended := ledger.Delivery{ID: "quiet", Policy: ledger.Policy{MaxAttempts: 2}, State: ledger.DeliveryStateExpired,
+		Cause: &ledger.Cause{Kind: ledger.CauseAcknowledgementLapsed}, EndedAt: at(100), Version: 1}
+	rep := check(calls, finalState{deliveries: map[string]ledger.Delivery{"quiet": ended}}, checkOptions{})
+	require.Len(t, rep.violations[invExplained], 1, rep.failure(invExplained))
+	assert.Contains(t, rep.violations[invExplained][0], "delivery quiet")
+	for _, inv := range invariants() {
+		if inv != invExplained {
+			assert.Empty(t, rep.violations[inv], "only the end goes unexplained: %s", rep.failure(inv))
+		}
+	}
 }

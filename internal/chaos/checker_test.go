@@ -27,10 +27,13 @@ const (
 	invVisible    invariant = "every applied call is visible in the final record"
 	invNoWrite    invariant = "a call that did not apply changed nothing"
 	invOnce       invariant = "no item was processed or delivered twice"
+	invExplained  invariant = "every end was made by a logged call or sweep that may have made it"
+	invCount      invariant = "the store holds the planned items less those whose enqueue failed, and nothing else"
 )
 
 func invariants() []invariant {
-	return []invariant{invTerminal, invUnexpected, invAckedBy, invExclusive, invAttempts, invFences, invVisible, invNoWrite, invOnce}
+	return []invariant{invTerminal, invUnexpected, invAckedBy, invExclusive, invAttempts, invFences, invVisible, invNoWrite, invOnce,
+		invExplained, invCount}
 }
 
 // maxReported bounds the violations kept per invariant, so that a broken
@@ -44,6 +47,10 @@ type finalState struct {
 	// allEntries: entries holds every entry of the store, not only those
 	// the history names, so entries nobody enqueued can be found.
 	allEntries bool
+	// storedDeliveries and storedEntries are how many records of each
+	// kind the store says it holds (its stats), which counts the records
+	// no read by ID finds.
+	storedDeliveries, storedEntries int
 }
 
 // checkOptions says what the checker may assume about the run.
@@ -56,6 +63,11 @@ type checkOptions struct {
 	// crashedAt is when the server was crashed (wall-clock nanoseconds;
 	// 0: it was not), to single out the calls that returned before.
 	crashedAt int64
+	// planned is how many deliveries, and as many entries, the run set
+	// out to enqueue (0: the history is hand-made, and the counts of the
+	// store are not checked); kills is how many worker processes were
+	// killed, each of which may have taken item numbers it never logged.
+	planned, kills int
 }
 
 // report is what the checker found.
@@ -70,10 +82,18 @@ type report struct {
 	// at least once) and recovered (enqueue failed uncertainly, yet the
 	// item exists).
 	enqueued, lost, unexpected, duplicated, recovered int
-	// pairs is how many successive grants the exclusivity check compared.
-	pairs int
+	// pairs is how many successive grants the exclusivity check compared;
+	// overlaps how many of them overlapped, or were one grant handed out
+	// twice.
+	pairs, overlaps int
+	// staleFences counts MarkProcessed calls that applied with a fence
+	// below one accepted before.
+	staleFences int
 	// okBeforeCrash counts applied calls that returned before the crash.
 	okBeforeCrash int
+	// accounts holds, per kind, the store's records against the plan
+	// (set when checkOptions.planned is).
+	accounts map[kind]*accounting
 }
 
 func (r *report) addf(inv invariant, format string, args ...any) {
@@ -135,6 +155,9 @@ type history struct {
 	// have changed records they do not name.
 	infoSweeps []*call
 	processes  []*call
+	// expires are the Expire calls and leases the delivery Lease calls,
+	// which end records they do not name as their argument.
+	expires, leases []*call
 }
 
 func (h *history) item(k kind, id string) *itemHistory {
@@ -171,6 +194,9 @@ func index(calls []call, r *report) *history {
 				}
 			}
 		case fnGrant:
+			if c.Kind == kindDelivery {
+				h.leases = append(h.leases, c)
+			}
 			for _, g := range c.Grants {
 				it := h.item(c.Kind, g.ID)
 				it.grants = append(it.grants, grantCall{g, c})
@@ -187,6 +213,7 @@ func index(calls []call, r *report) *history {
 				}
 			}
 		case fnExpire:
+			h.expires = append(h.expires, c)
 			for _, id := range c.Changed {
 				h.item(kindDelivery, id).expired++
 			}
@@ -215,6 +242,7 @@ func check(calls []call, final finalState, opts checkOptions) *report {
 		dropped:    map[invariant]int{},
 		calls:      map[string]int{},
 		states:     map[string]int{},
+		accounts:   map[kind]*accounting{},
 	}
 	h := index(calls, r)
 	tokens := map[ledger.Token]string{}
@@ -232,12 +260,14 @@ func check(calls []call, final finalState, opts checkOptions) *report {
 				it.seq = d.LeaseSeq
 				if checkExists(r, it, ok, d.State.Terminal(), string(d.State)) {
 					checkDelivery(r, h, it, d, opts)
+					explainDelivery(r, h, it, d, opts)
 				}
 			} else {
 				e, ok := final.entries[id]
 				it.seq = e.ClaimSeq
 				if checkExists(r, it, ok, e.Status.Terminal(), string(e.Status)) {
 					checkEntry(r, h, it, e, opts)
+					explainEntry(r, it, e)
 				}
 			}
 		}
@@ -257,6 +287,25 @@ func check(calls []call, final finalState, opts checkOptions) *report {
 		}
 	}
 	checkFences(r, h.processes)
+	if opts.planned > 0 {
+		deliveries, entries := make([]string, opts.planned), make([]string, opts.planned)
+		for i := range opts.planned {
+			deliveries[i] = string(deliveryID(int64(i)))
+			entries[i] = string(ledger.OutboxEntryIDFor(entryKey(int64(i))))
+		}
+		account(r, h, kindDelivery, deliveries, final.storedDeliveries, func(id string) bool { _, ok := final.deliveries[id]; return ok }, opts.kills)
+		account(r, h, kindEntry, entries, final.storedEntries, func(id string) bool { _, ok := final.entries[id]; return ok }, opts.kills)
+		for _, d := range final.deliveries {
+			if d.State.Terminal() {
+				r.accounts[kindDelivery].ended[string(d.State)]++
+			}
+		}
+		for _, e := range final.entries {
+			if e.Status.Terminal() {
+				r.accounts[kindEntry].ended[string(e.Status)]++
+			}
+		}
+	}
 	return r
 }
 
@@ -300,11 +349,13 @@ func checkGrants(r *report, it *itemHistory, tokens map[ledger.Token]string) {
 	for _, gc := range it.grants {
 		g := gc.g
 		if prev, dup := seen[g.Seq]; dup {
+			r.overlaps++
 			r.addf(invExclusive, "%s %s: seq %d granted twice, to %s (%s#%d) and to %s (%s#%d)",
 				it.kind, it.id, g.Seq, prev.g.holder(), prev.c.Proc, prev.c.N, g.holder(), gc.c.Proc, gc.c.N)
 		}
 		seen[g.Seq] = gc
 		if other, dup := tokens[g.Token]; dup {
+			r.overlaps++
 			r.addf(invExclusive, "token %s granted twice (%s and %s %s)", g.Token, other, it.kind, it.id)
 		}
 		tokens[g.Token] = string(it.kind) + " " + it.id
@@ -362,6 +413,7 @@ func checkExclusive(r *report, h *history, it *itemHistory, opts checkOptions) {
 			}
 		}
 		if next.g.At.Before(free) {
+			r.overlaps++
 			r.addf(invExclusive, "%s %s: seq %d granted to %s at %s (%s#%d) while seq %d of %s (%s#%d) held it until %s (%s)",
 				it.kind, it.id, next.g.Seq, next.g.holder(), next.g.At.Format(time.RFC3339Nano), next.c.Proc, next.c.N,
 				prev.g.Seq, prev.g.holder(), prev.c.Proc, prev.c.N, free.Format(time.RFC3339Nano), how)

@@ -35,6 +35,15 @@
 // once) and recovered, and checks, each as its own assertion:
 //
 //   - every item whose enqueue succeeded exists and is terminal;
+//   - every end is explained: each terminal record is matched to the
+//     logged call or sweep that ended it (at the now it was given, or
+//     within its span when the store decides on its own clock), calls cut
+//     short by a crash counting as may-have-happened; a store that ends
+//     an item by itself fails this even when its version counts add up;
+//   - the store holds exactly the planned items less those whose enqueue
+//     certainly failed (or, uncertain, did not land, or were never tried
+//     because a killed process took their numbers), counted by its stats,
+//     so a record nobody enqueued is found on both stores;
 //   - nothing was processed without an acknowledgement by the same owner;
 //   - no two holders held one item under overlapping unexpired grants, in
 //     terms of the now values passed in (the contract trusts the caller's
@@ -46,10 +55,18 @@
 //     (including those that returned before the server crash), and a call
 //     that did not apply changed nothing (version accounting).
 //
+// The checker is itself tested against hand-made histories
+// (checker_self_test.go) and against in-memory stores broken on purpose
+// (planted_test.go): one that ends an item silently without a version
+// bump, one that holds an entry nobody enqueued.
+//
 // The short form runs by default (go test ./internal/chaos); the full
-// form, 10,000 deliveries and 10,000 entries, runs with
+// form, 10,000 deliveries and 10,000 entries, runs with make chaos:
 //
-//	go test -race -count=1 -timeout 30m ./internal/chaos -chaos.full
+//	go test -race -count=1 -timeout 30m -v -run '^TestChaos(Memstore|PG)$' ./internal/chaos -chaos.full
 //
-// and -chaos.seed picks the random seed, which every run logs.
+// which prints each run's figures: items planned, enqueued and ended per
+// store and kind, faults injected by kind, and lost items, overlapping
+// grants, stale fences applied and duplicates. -chaos.seed picks the
+// random seed, which every run logs.
 package chaos

@@ -259,6 +259,7 @@ func checkFences(r *report, calls []*call) {
 				}
 			}
 			if highest != nil && *b.Fence < *highest.Fence {
+				r.staleFences++
 				r.addf(invFences, "target %s: %s#%d processed delivery %s with fence %d after %s#%d had had fence %d accepted (delivery %s)",
 					t, b.Proc, b.N, b.Item, *b.Fence, highest.Proc, highest.N, *highest.Fence, highest.Item)
 			}

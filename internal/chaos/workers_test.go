@@ -19,15 +19,18 @@ import (
 // contracts, keeps the leases and claims it was granted, and logs every
 // call it makes.
 
-// deliveryStore and entryStore are what a worker calls.
+// deliveryStore and entryStore are what a worker calls, and the counts
+// the checker reads afterwards.
 type deliveryStore interface {
 	ledger.Ledger
 	ledger.BatchEnqueuer
+	ledger.StatsReporter
 }
 
 type entryStore interface {
 	ledger.ClaimStore
 	ledger.OutboxBatchEnqueuer
+	ledger.OutboxStatsReporter
 }
 
 // backend is one connection's view of both stores.

@@ -98,6 +98,18 @@ func ci() bool {
 // left running after passing tests fail the run.
 func Main(m *testing.M) { os.Exit(Run(m, true)) }
 
+// Harness wraps m for a TestMain that checks for leaked goroutines itself,
+// with goleak.VerifyTestMain, so that the check is in the package's own
+// TestMain; its Run is Run(m, false):
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Harness(m)) }
+func Harness(m *testing.M) interface{ Run() int } { return harnessM{m} }
+
+type harnessM struct{ m *testing.M }
+
+// Run runs the tests with the database and returns their exit code.
+func (h harnessM) Run() int { return Run(h.m, false) }
+
 // Run is Main without the exit: it returns the exit code for os.Exit.
 // checkLeaks turns the check for goroutines left running on; a harness
 // for other people's tests (pgstoretest) leaves it off, since their code
