@@ -135,6 +135,45 @@ type DueClaimer interface {
 	ClaimDue(ctx context.Context, req ClaimRequest) ([]ClaimedEntry, error)
 }
 
+// ClaimCompleter is implemented by claim stores that can apply many claim
+// completions in one call, so that they share the cost of a commit
+// without a caller per completion. Detect it with a type assertion; the
+// dispatch package's Dispatcher uses it, when its store has it, to
+// complete what a poll cycle emitted.
+//
+// CompleteClaims applies each completion of cs as the ClaimStore call its
+// Op names would (see ClaimCompletion) and answers each, in order, with
+// that call's result. A malformed completion fails the whole call with
+// ErrInvalid before anything is written. A store error means that some
+// completions may not have been decided: each of those has the zero
+// OutboxResult (no Outcome) in the answer, and its claim stays until it
+// is completed again or expires, as after a failed single call; the
+// others are decided, their results as the calls would answer them.
+type ClaimCompleter interface {
+	CompleteClaims(ctx context.Context, cs []ClaimCompletion) ([]OutboxResult, error)
+}
+
+// ClaimCompletion is one completion for ClaimCompleter: the claim it is
+// made under and what it does, as the ClaimStore call named by Op does
+// with the fields that call takes:
+//
+//   - OpMarkDelivered: MarkClaimDelivered(Claim, Result)
+//   - OpMarkFailed: MarkClaimFailed(Claim, Error, NextRetry)
+//   - OpMarkDeadLettered: MarkClaimDeadLettered(Claim, Error, Reason)
+//   - OpSaveClaim: SaveClaim(Claim, Entry)
+//   - OpReleaseClaim: ReleaseClaim(Claim, Reason)
+//
+// The fields an Op does not take are ignored.
+type ClaimCompletion struct {
+	Claim     Claim
+	Op        Operation
+	Result    EmissionResult
+	Error     EmissionError
+	NextRetry *time.Time
+	Reason    string
+	Entry     OutboxEntry
+}
+
 // ClaimRenewer is implemented by claim stores that can extend a claim while
 // its worker is still emitting (a heartbeat). Detect it with a type
 // assertion.

@@ -559,6 +559,36 @@ func ValidateMarkDeadLettered(id OutboxEntryID, emissionErr EmissionError, reaso
 	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
 }
 
+// ValidateClaimCompletions checks the argument of
+// ClaimCompleter.CompleteClaims: 1 to MaxLimit completions, each valid as
+// the call its Op names, and no Op but those five.
+func ValidateClaimCompletions(cs []ClaimCompletion) error {
+	if err := ValidateLimit("completions", len(cs)); err != nil {
+		return err
+	}
+	for _, c := range cs {
+		var err error
+		switch c.Op {
+		case OpMarkDelivered:
+			err = ValidateMarkClaimDelivered(c.Claim, c.Result)
+		case OpMarkFailed:
+			err = ValidateMarkClaimFailed(c.Claim, c.Error, c.NextRetry)
+		case OpMarkDeadLettered:
+			err = ValidateMarkClaimDeadLettered(c.Claim, c.Error, c.Reason)
+		case OpSaveClaim:
+			err = ValidateSaveClaim(c.Claim, c.Entry)
+		case OpReleaseClaim:
+			err = ValidateReleaseClaim(c.Claim, c.Reason)
+		default:
+			err = invalid("completion op", "must be mark_delivered, mark_failed, mark_dead_lettered, save_claim or release_claim, got %q", c.Op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ValidateMarkClaimDelivered checks the arguments of ClaimStore.MarkClaimDelivered.
 func ValidateMarkClaimDelivered(claim Claim, result EmissionResult) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionResult(result))

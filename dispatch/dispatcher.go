@@ -136,6 +136,9 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	c := &cycle{d: d}
+	if cc, ok := d.store.(ledger.ClaimCompleter); ok {
+		c.batch = &completionBatch{store: cc, c: c}
+	}
 	claimed, claimErr := d.claim(ctx, c)
 	d.emitAll(ctx, claimed, c)
 	c.mu.Lock()
@@ -213,7 +216,9 @@ func (d *Dispatcher) entryEvent(kind EventKind, ce *ledger.ClaimedEntry) Event {
 
 // cycle collects the stats and errors of one RunOnce.
 type cycle struct {
-	d     *Dispatcher
+	d *Dispatcher
+	// batch applies completions together when the store can.
+	batch *completionBatch
 	mu    sync.Mutex
 	stats Stats
 	errs  []error

@@ -3,7 +3,9 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/leaseledger/ledger"
@@ -35,41 +37,146 @@ func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger
 	})
 }
 
-// complete maps the emission's answer to a completion under the claim.
+// complete maps the emission's answer to a completion under the claim
+// and applies it: with the cycle's other completions when the store
+// completes claims in batches, on its own otherwise.
 func (d *Dispatcher) complete(ctx context.Context, ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration, c *cycle) {
+	done := d.completion(ce, res, emitErr, dur)
+	if c.batch != nil {
+		c.batch.add(ctx, done)
+		return
+	}
+	out, err := applyCompletion(ctx, d.store, done.cc)
+	c.completed(ctx, ce, done.kind, out, err, dur, done.emitErr)
+}
+
+// doneEmission is an emission's completion, waiting to be applied, with
+// what its event reports.
+type doneEmission struct {
+	ce      ledger.ClaimedEntry
+	cc      ledger.ClaimCompletion
+	kind    EventKind
+	dur     time.Duration
+	emitErr error
+}
+
+// completion decides what completes ce after its emission answered res
+// and emitErr.
+func (d *Dispatcher) completion(ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration) doneEmission {
+	done := doneEmission{ce: ce, cc: ledger.ClaimCompletion{Claim: ce.Claim}, dur: dur, emitErr: emitErr}
 	var deferral *DeferError
-	var out ledger.OutboxResult
-	var err error
-	var kind EventKind
 	switch {
 	case emitErr == nil:
-		kind = EventDelivered
-		out, err = d.store.MarkClaimDelivered(ctx, ce.Claim, sanitizeResult(res))
+		done.kind, done.cc.Op, done.cc.Result = EventDelivered, ledger.OpMarkDelivered, sanitizeResult(res)
 	case errors.Is(emitErr, ErrPermanent):
-		kind = EventDeadLettered
-		out, err = d.store.MarkClaimDeadLettered(ctx, ce.Claim, emissionError(emitErr), ReasonPermanent)
+		done.kind, done.cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
+		done.cc.Error, done.cc.Reason = emissionError(emitErr), ReasonPermanent
 	case errors.As(emitErr, &deferral):
-		kind = EventDeferred
+		done.kind, done.cc.Op = EventDeferred, ledger.OpSaveClaim
 		e := ce.Entry
 		e.Status = ledger.OutboxStatusDeferred
 		e.NextAttemptAt = deferral.Until
 		if e.NextAttemptAt.IsZero() {
 			e.NextAttemptAt = d.cfg.clock()
 		}
-		out, err = d.store.SaveClaim(ctx, ce.Claim, e)
+		done.cc.Entry = e
 		// A deferral is the provider's decision, not a failure.
-		emitErr = nil
+		done.emitErr = nil
 	case ce.Entry.Attempts >= d.cfg.policy.MaxAttempts:
-		kind = EventDeadLettered
-		out, err = d.store.MarkClaimDeadLettered(ctx, ce.Claim, emissionError(emitErr), ReasonMaxAttempts)
+		done.kind, done.cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
+		done.cc.Error, done.cc.Reason = emissionError(emitErr), ReasonMaxAttempts
 	default:
-		kind = EventRetried
+		done.kind, done.cc.Op = EventRetried, ledger.OpMarkFailed
 		// The backoff's jitter is a hash of the entry ID and attempt, so it
 		// spreads retries of different entries without a random source.
 		next := d.cfg.clock().Add(d.cfg.policy.Backoff(ledger.DeliveryID(ce.Claim.EntryID), ce.Entry.Attempts))
-		out, err = d.store.MarkClaimFailed(ctx, ce.Claim, emissionError(emitErr), &next)
+		done.cc.Error, done.cc.NextRetry = emissionError(emitErr), &next
 	}
-	c.completed(ctx, ce, kind, out, err, dur, emitErr)
+	return done
+}
+
+// applyCompletion applies cc with the ClaimStore call its Op names.
+func applyCompletion(ctx context.Context, store ledger.ClaimStore, cc ledger.ClaimCompletion) (ledger.OutboxResult, error) {
+	switch cc.Op {
+	case ledger.OpMarkDelivered:
+		return store.MarkClaimDelivered(ctx, cc.Claim, cc.Result)
+	case ledger.OpMarkDeadLettered:
+		return store.MarkClaimDeadLettered(ctx, cc.Claim, cc.Error, cc.Reason)
+	case ledger.OpSaveClaim:
+		return store.SaveClaim(ctx, cc.Claim, cc.Entry)
+	case ledger.OpReleaseClaim:
+		return store.ReleaseClaim(ctx, cc.Claim, cc.Reason)
+	default:
+		return store.MarkClaimFailed(ctx, cc.Claim, cc.Error, cc.NextRetry)
+	}
+}
+
+// completionBatch gathers a cycle's completions for a ledger.ClaimCompleter
+// store, as a group commit does: the first emission to finish applies its
+// own completion; those that finish meanwhile queue theirs and go on, and
+// it applies them all in its next call, until none is queued. So a cycle
+// costs about one store call per round of emissions, with no goroutine
+// of its own and no hand-off per completion.
+type completionBatch struct {
+	store    ledger.ClaimCompleter
+	c        *cycle
+	mu       sync.Mutex
+	queue    []doneEmission
+	flushing bool
+}
+
+// add queues done and, unless another emission is applying the queue,
+// applies it until it is empty.
+func (b *completionBatch) add(ctx context.Context, done doneEmission) {
+	b.mu.Lock()
+	b.queue = append(b.queue, done)
+	if b.flushing {
+		b.mu.Unlock()
+		return
+	}
+	b.flushing = true
+	for len(b.queue) > 0 {
+		batch := b.queue
+		b.queue = nil
+		b.mu.Unlock()
+		b.apply(ctx, batch)
+		b.mu.Lock()
+	}
+	b.flushing = false
+	b.mu.Unlock()
+}
+
+// apply completes batch in one call and records each answer.
+func (b *completionBatch) apply(ctx context.Context, batch []doneEmission) {
+	cs := make([]ledger.ClaimCompletion, len(batch))
+	for i, done := range batch {
+		cs[i] = done.cc
+	}
+	outs, err := b.store.CompleteClaims(ctx, cs)
+	if errors.Is(err, ledger.ErrInvalid) && len(batch) > 1 {
+		// One malformed completion refuses the whole call: apply each on
+		// its own, so that only that one is refused.
+		for _, done := range batch {
+			b.apply(ctx, []doneEmission{done})
+		}
+		return
+	}
+	for i, done := range batch {
+		var out ledger.OutboxResult
+		if i < len(outs) {
+			out = outs[i]
+		}
+		// A completion left undecided has no outcome: it failed with the
+		// call, and its claim stays until it expires.
+		var doneErr error
+		if out.Outcome == "" {
+			doneErr = err
+			if doneErr == nil {
+				doneErr = fmt.Errorf("dispatch: the store left the completion of %s undecided", done.cc.Claim.EntryID)
+			}
+		}
+		b.c.completed(ctx, done.ce, done.kind, out, doneErr, done.dur, done.emitErr)
+	}
 }
 
 // emissionError turns an emitter error into what the store records. The

@@ -94,6 +94,7 @@ var claimGroups = []struct {
 	{"BaseCompletions", testOutboxBaseCompletions},
 	{"Claim", testClaim},
 	{"ClaimCompletions", testClaimCompletions},
+	{"CompleteClaims", testCompleteClaims},
 	{"RenewClaim", testRenewClaim},
 	{"ListEntries", testListEntries},
 	{"ListEndedEntries", testListEndedEntries},

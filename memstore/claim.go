@@ -14,6 +14,7 @@ var (
 	_ ledger.OutboxStore         = (*Outbox)(nil)
 	_ ledger.ClaimStore          = (*Outbox)(nil)
 	_ ledger.DueClaimer          = (*Outbox)(nil)
+	_ ledger.ClaimCompleter      = (*Outbox)(nil)
 	_ ledger.OutboxBatchEnqueuer = (*Outbox)(nil)
 )
 
@@ -337,6 +338,35 @@ func (o *Outbox) pickRetryReady(now time.Time, limit int) []*entry {
 		}
 	}
 	return picks
+}
+
+// CompleteClaims applies each of cs as the call its Op names would, one
+// after another (see ledger.ClaimCompleter). Errors: ErrInvalid, before
+// anything is written; ctx.Err().
+func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion) ([]ledger.OutboxResult, error) {
+	if err := begin(ctx, ledger.ValidateClaimCompletions(cs)); err != nil {
+		return nil, err
+	}
+	out := make([]ledger.OutboxResult, len(cs))
+	for i, c := range cs {
+		var err error
+		switch c.Op {
+		case ledger.OpMarkDelivered:
+			out[i], err = o.MarkClaimDelivered(ctx, c.Claim, c.Result)
+		case ledger.OpMarkFailed:
+			out[i], err = o.MarkClaimFailed(ctx, c.Claim, c.Error, c.NextRetry)
+		case ledger.OpMarkDeadLettered:
+			out[i], err = o.MarkClaimDeadLettered(ctx, c.Claim, c.Error, c.Reason)
+		case ledger.OpSaveClaim:
+			out[i], err = o.SaveClaim(ctx, c.Claim, c.Entry)
+		case ledger.OpReleaseClaim:
+			out[i], err = o.ReleaseClaim(ctx, c.Claim, c.Reason)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // grant claims each of picks for req.Worker. The caller holds o.mu.

@@ -277,12 +277,12 @@ type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, l
 // OutcomeNotFound when there is none, a write only on OutcomeApplied,
 // recorded as made by h. completeClaim (group_tx.go) groups it with
 // others when it can.
-func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
+func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id ledger.OutboxEntryID, apply claimApply) (ledger.OutboxResult, error) {
 	s := o.s
 	var res ledger.OutboxResult
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		res = ledger.OutboxResult{}
-		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(claim.EntryID)))
+		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(id)))
 		if noRows(err) {
 			res.Outcome = ledger.OutcomeNotFound
 			return false, nil
@@ -301,65 +301,83 @@ func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, claim
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	s.held.settledEntry(claim.EntryID, res)
+	s.held.settledEntry(id, res)
 	return res, nil
 }
 
 // MarkClaimDelivered ends the claimed entry as Delivered (see
 // ledger.ClaimStore).
 func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, result ledger.EmissionResult) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return outboxOut(o.completeClaim(ctx, "mark claim delivered", how{op: ledger.OpMarkDelivered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.MarkClaimDelivered(claim, result, now)
-	}))
+	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkDelivered, Result: result})
 }
 
 // MarkClaimFailed records a failed emission under the claim (see
 // ledger.ClaimStore).
 func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return outboxOut(o.completeClaim(ctx, "mark claim failed", how{op: ledger.OpMarkFailed, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
-	}))
+	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkFailed, Error: emissionErr, NextRetry: nextRetry})
 }
 
 // MarkClaimDeadLettered ends the claimed entry as DeadLettered (see
 // ledger.ClaimStore).
 func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return outboxOut(o.completeClaim(ctx, "mark claim dead lettered", how{op: ledger.OpMarkDeadLettered, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
-	}))
+	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkDeadLettered, Error: emissionErr, Reason: reason})
 }
 
 // ReleaseClaim gives the claim back without counting the attempt (see
 // ledger.ClaimStore). reason is not stored in the entry; it is the reason
 // of the call's history entry.
 func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return outboxOut(o.completeClaim(ctx, "release claim", how{op: ledger.OpReleaseClaim, actor: claim.Worker, reason: &reason}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.ReleaseClaim(claim, now)
-	}))
+	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpReleaseClaim, Reason: reason})
 }
 
 // SaveClaim writes a provider-directed transition under the claim (see
 // ledger.ClaimStore). An entry whose ID is not the claim's is ErrInvalid:
 // the call would otherwise write one entry's fields onto another.
 func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger.OutboxEntry) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
+	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpSaveClaim, Entry: entry})
+}
+
+// completeOne validates and runs one claim completion, grouped with the
+// calls of other goroutines when it can be (see completeClaim).
+func (o *Outbox) completeOne(ctx context.Context, c ledger.ClaimCompletion) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, ledger.ValidateClaimCompletions([]ledger.ClaimCompletion{c})); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	return outboxOut(o.completeClaim(ctx, "save claim", how{op: ledger.OpSaveClaim, actor: claim.Worker}, claim, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.SaveClaim(claim, entry, now)
-	}))
+	return outboxOut(o.completeClaim(ctx, claimCompletionOf(c)))
+}
+
+// claimCompletionOf returns the state machine step of the claim
+// completion c, which ValidateClaimCompletions accepted, with what its
+// history entry records: the claim's worker as the actor, and for a
+// release the caller's reason, which the entry does not keep.
+func claimCompletionOf(c ledger.ClaimCompletion) entryCompletion {
+	claim := c.Claim
+	ec := entryCompletion{h: how{op: c.Op, actor: claim.Worker}, id: claim.EntryID}
+	switch c.Op {
+	case ledger.OpMarkDelivered:
+		ec.op, ec.apply = "mark claim delivered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+			return e.MarkClaimDelivered(claim, c.Result, now)
+		}
+	case ledger.OpMarkFailed:
+		ec.op, ec.apply = "mark claim failed", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+			return e.MarkClaimFailed(claim, c.Error, c.NextRetry, now)
+		}
+	case ledger.OpMarkDeadLettered:
+		ec.op, ec.apply = "mark claim dead lettered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+			return e.MarkClaimDeadLettered(claim, c.Error, c.Reason, now)
+		}
+	case ledger.OpReleaseClaim:
+		reason := c.Reason
+		ec.h.reason = &reason
+		ec.op, ec.apply = "release claim", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+			return e.ReleaseClaim(claim, now)
+		}
+	case ledger.OpSaveClaim:
+		ec.op, ec.apply = "save claim", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
+			return e.SaveClaim(claim, c.Entry, now)
+		}
+	}
+	return ec
 }
 
 func scanEntry(row scanner) (ledger.OutboxEntry, error) {

@@ -105,6 +105,7 @@ var diffOutboxGens = []diffGen{
 	{2, aClaim, false, (*diffRun).opMarkClaimDeadLettered},
 	{3, aClaim, false, (*diffRun).opReleaseClaim},
 	{3, aClaim, false, (*diffRun).opSaveClaim},
+	{3, aClaim, false, (*diffRun).opCompleteClaims},
 	{2, noGrant, false, (*diffRun).opPurgeEntries},
 }
 

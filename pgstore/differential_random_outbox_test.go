@@ -394,3 +394,55 @@ func (r *diffRun) opSaveClaim() diffOp {
 			return s.o.SaveClaim(r.ctx, c, e)
 		})}
 }
+
+// opCompleteClaims completes one to four drawn claims in one
+// CompleteClaims call, each as one of the claim calls would; two may name
+// the same entry, and some claims are stale or forged, like those of the
+// single calls.
+func (r *diffRun) opCompleteClaims() diffOp {
+	n := 1 + r.rng.IntN(4)
+	type drawn struct {
+		claim func(s *diffSide) (ledger.Claim, error)
+		c     ledger.ClaimCompletion
+	}
+	ds := make([]drawn, n)
+	var keys, descs []string
+	for i := range ds {
+		desc, key, claim := r.drawClaim()
+		c := ledger.ClaimCompletion{Op: pickOne(r, []ledger.Operation{
+			ledger.OpMarkDelivered, ledger.OpMarkFailed, ledger.OpMarkDeadLettered, ledger.OpReleaseClaim,
+		})}
+		switch c.Op {
+		case ledger.OpMarkDelivered:
+			c.Result = r.emissionResult()
+		case ledger.OpMarkFailed:
+			c.Error = r.emissionError()
+			c.NextRetry, _ = r.nextRetry()
+		case ledger.OpMarkDeadLettered:
+			c.Error, c.Reason = r.emissionError(), "undeliverable"
+		case ledger.OpReleaseClaim:
+			c.Reason = pickOne(r, []string{"", "shutting down"})
+		}
+		ds[i] = drawn{claim, c}
+		keys = append(keys, key)
+		descs = append(descs, fmt.Sprintf("%s %s %+v", c.Op, desc, c))
+	}
+	return diffOp{"CompleteClaims", fmt.Sprintf("CompleteClaims %v", descs), writesEntries, keys,
+		func(s *diffSide) (any, error) {
+			cc, ok := s.o.(ledger.ClaimCompleter)
+			if !ok {
+				return nil, fmt.Errorf("%s: %T is no ledger.ClaimCompleter", s.name, s.o)
+			}
+			cs := make([]ledger.ClaimCompletion, len(ds))
+			for i, d := range ds {
+				claim, err := d.claim(s)
+				if err != nil {
+					return nil, err
+				}
+				cs[i] = d.c
+				cs[i].Claim = claim
+				cs[i].NextRetry = cloneTimePtr(d.c.NextRetry)
+			}
+			return cc.CompleteClaims(r.ctx, cs)
+		}}
+}

@@ -123,24 +123,29 @@ func (s *Store) thenAlone(ctx context.Context, c deliveryCompletion) (ledger.Del
 }
 
 // completeClaim runs one claim completion, grouped like transition.
-func (o *Outbox) completeClaim(ctx context.Context, op string, h how, claim ledger.Claim, apply claimApply) (ledger.OutboxResult, error) {
+func (o *Outbox) completeClaim(ctx context.Context, c entryCompletion) (ledger.OutboxResult, error) {
 	s := o.s
 	if s.groups != nil && !s.callerTx {
-		res, single, err := s.groups.entries.submit(ctx, entryCompletion{op: op, h: h, id: claim.EntryID, apply: apply})
+		res, single, err := s.groups.entries.submit(ctx, c)
 		if !single {
 			if err != nil {
-				return ledger.OutboxResult{}, wrap(ctx, op, err)
+				return ledger.OutboxResult{}, wrap(ctx, c.op, err)
 			}
 			return res, nil
 		}
 		s.groups.entries.alone.Add(1)
 		defer s.groups.entries.alone.Add(-1)
 	}
-	c := entryCompletion{op: op, h: h, id: claim.EntryID, apply: apply}
-	if d := s.runHeldEntries(ctx, []entryCompletion{c})[0]; d.decided {
-		return d.res, wrap(ctx, op, d.err)
+	return o.completeClaimSingle(ctx, c)
+}
+
+// completeClaimSingle runs a claim completion no group decided: on its
+// held entry, or else in a transaction of its own.
+func (o *Outbox) completeClaimSingle(ctx context.Context, c entryCompletion) (ledger.OutboxResult, error) {
+	if d := o.s.runHeldEntries(ctx, []entryCompletion{c})[0]; d.decided {
+		return d.res, wrap(ctx, c.op, d.err)
 	}
-	return o.completeClaimAlone(ctx, op, h, claim, apply)
+	return o.completeClaimAlone(ctx, c.op, c.h, c.id, c.apply)
 }
 
 // groupWrites is what a group transaction writes once it has decided:

@@ -150,7 +150,9 @@ func (w *writer) stop() ([]write, error) {
 
 // checkWritersWentOn returns an error unless writes went on while the
 // migration ran from from to to: at least 20 of them ended in that time,
-// and none took more than a tenth of it.
+// and none took more than half of it. A build that blocks writers holds a
+// write for nearly all of the migration; a stall of a tenth of it is what
+// a loaded machine running the race detector does on its own.
 func checkWritersWentOn(writes []write, from, to time.Time) error {
 	var during int
 	var longest time.Duration
@@ -167,7 +169,7 @@ func checkWritersWentOn(writes []write, from, to time.Time) error {
 	if during < 20 {
 		errs = append(errs, fmt.Errorf("only %d writes ended during the %v migration", during, took))
 	}
-	if longest > took/10 {
+	if longest > took/2 {
 		errs = append(errs, fmt.Errorf("a write waited %v during the %v migration", longest, took))
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,106 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/dispatch"
+	"github.com/leaseledger/ledger/internal/pgtest"
+	"github.com/leaseledger/ledger/pgstore"
+)
+
+// BenchmarkDispatcherDrain drains b.N outbox entries from pgstore with
+// four Dispatchers running poll cycles side by side and an emitter that
+// answers at once: the library's own cost per entry. An op is one entry;
+// the enqueue is not timed. Beside ns/op it reports the client's CPU per
+// entry. OneByOne hides the store's CompleteClaims, so its completions
+// are single calls (joined by group commit); Batched completes each
+// cycle's emissions together. Run with a fixed -benchtime, e.g. 20000x.
+func BenchmarkDispatcherDrain(b *testing.B) {
+	b.Run("Batched", func(b *testing.B) { benchDispatcherDrain(b, false) })
+	b.Run("OneByOne", func(b *testing.B) { benchDispatcherDrain(b, true) })
+}
+
+// singleCompletions hides everything of a claim store but the ClaimStore
+// calls, claiming both kinds in one call and renewing.
+type singleCompletions struct {
+	ledger.ClaimStore
+	ledger.DueClaimer
+	ledger.ClaimRenewer
+}
+
+func benchDispatcherDrain(b *testing.B, oneByOne bool) {
+	pool := pgtest.Pool(b)
+	schema := pgtest.Schema(b, pool)
+	s, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithGroupCommit(true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for from := 0; from < b.N; from += ledger.MaxLimit {
+		envs := make([]ledger.Envelope, min(ledger.MaxLimit, b.N-from))
+		for i := range envs {
+			envs[i] = ledger.Envelope{Provider: "mail", Kind: "welcome", Payload: []byte("{}"), IdempotencyKey: fmt.Sprintf("key-%09d", from+i)}
+		}
+		if _, err := s.Outbox().EnqueueBatch(ctx, envs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "outbox_entries"}.Sanitize()); err != nil {
+		b.Fatal(err)
+	}
+	var store ledger.ClaimStore = s.Outbox()
+	if oneByOne {
+		store = singleCompletions{s.Outbox(), s.Outbox(), s.Outbox()}
+	}
+	emitter := dispatch.EmitterFunc(func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
+		return ledger.EmissionResult{ProviderRef: "ref"}, nil
+	})
+	const dispatchers = 4
+	ds := make([]*dispatch.Dispatcher, dispatchers)
+	for i := range ds {
+		ds[i], err = dispatch.NewDispatcher(store, emitter, dispatch.WithWorker(fmt.Sprintf("bench-%d", i)),
+			dispatch.WithBatchSize(100), dispatch.WithConcurrency(25), dispatch.WithLogger(discardLogger()))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := pgtest.ProcessCPU()
+	b.ReportAllocs()
+	b.ResetTimer()
+	errs := make(chan error, dispatchers)
+	for _, d := range ds {
+		go func() {
+			for {
+				st, err := d.RunOnce(ctx)
+				if err != nil || st.Claimed == 0 {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range ds {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(pgtest.ProcessCPU()-cpu)/float64(b.N), "client-cpu-ns/op")
+	st, err := s.Outbox().OutboxStats(ctx, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n := st.ByStatus[ledger.OutboxStatusDelivered]; n != int64(b.N) {
+		b.Fatalf("%d of %d entries delivered", n, b.N)
+	}
+}
