@@ -16,10 +16,32 @@ import (
 // events: the worker, the entry's provider and kind, its claim and
 // metadata on every event about an entry; the enqueue-to-completion
 // latency on the completions that applied; one final event per entry.
+// The events of completions applied in a batch (ledger.ClaimCompleter)
+// must carry the same as those applied one by one.
 func TestDispatcherEventsAreLabelled(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
-	store := newOutbox(clk)
+	t.Run("one by one", func(t *testing.T) {
+		t.Parallel()
+		clk := newClock()
+		// Only the ClaimStore methods: the cycle cannot complete in batches.
+		store := struct{ ledger.ClaimStore }{newOutbox(clk)}
+		checkDispatcherEventsLabelled(t, clk, store)
+	})
+	t.Run("in batches", func(t *testing.T) {
+		t.Parallel()
+		clk := newClock()
+		store := &batchStore{Outbox: newOutbox(clk)}
+		checkDispatcherEventsLabelled(t, clk, store)
+		assert.Zero(t, store.singles, "completions made one by one")
+		assert.Equal(t, 3, store.inCall, "completions made in batches")
+	})
+}
+
+// checkDispatcherEventsLabelled runs one cycle over three entries of
+// store, delivered, retried and dead-lettered, and checks the labels of
+// every event of the cycle.
+func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.ClaimStore) {
+	t.Helper()
 	md := ledger.Metadata{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	envs := []ledger.Envelope{
 		{Provider: "mail", Kind: "welcome", IdempotencyKey: "ok", Metadata: md},
