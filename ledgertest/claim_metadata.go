@@ -163,4 +163,31 @@ func testOutboxMetadata(t *testing.T, newStore NewClaimStoreFunc) {
 			require.Equal(t, md, got.Envelope.Metadata, "%s (%s) keeps its metadata", k, got.Status)
 		}
 	})
+
+	claimRun(t, "KeptByBatchCompletion", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		md := richMetadata()
+		var claims []ledger.Claim
+		for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+			e := enqueue(t, s, withMetadata("batch-"+k, md))
+			ce := claimOnlyPending(t, s, e.ID, claimT0)
+			require.Equal(t, md, ce.Entry.Envelope.Metadata)
+			claims = append(claims, ce.Claim)
+		}
+		cs := batchCompletions(claims)
+		// As SaveClaim, a saving completion writes no metadata, whatever
+		// its entry carries.
+		for i := range cs {
+			if cs[i].Op == ledger.OpSaveClaim {
+				cs[i].Entry.Envelope.Metadata = ledger.Metadata{"changed": "by the caller"}
+			}
+		}
+		got, err := claimCompleter(t, s).CompleteClaims(t.Context(), cs)
+		require.NoError(t, err)
+		require.Len(t, got, len(cs))
+		for i, res := range got {
+			require.True(t, res.Applied(), "%s", cs[i].Op)
+			require.Equal(t, md, res.Entry.Envelope.Metadata, "%s: the batch's result carries it", cs[i].Op)
+			require.Equal(t, md, claimFind(t, s, cs[i].Claim.EntryID).Envelope.Metadata, "%s: the entry keeps it", cs[i].Op)
+		}
+	})
 }
