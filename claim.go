@@ -23,7 +23,8 @@ type OutboxStore interface {
 	// env.IdempotencyKey (see OutboxEntryIDFor), so the same key always
 	// names the same entry: the same envelope again answers
 	// OutcomeRepeated, a different one under the same key
-	// OutcomeConflict, and neither writes anything.
+	// OutcomeConflict, and neither writes anything. Metadata is not
+	// content: a repeat keeps the entry's own.
 	Enqueue(ctx context.Context, env Envelope) (OutboxResult, error)
 
 	// Save writes the mutable fields of entry (Status, Attempts,
@@ -196,6 +197,10 @@ type Envelope struct {
 	Payload []byte `json:"payload,omitzero"`
 	// IdempotencyKey names the emission; it also fixes the entry ID.
 	IdempotencyKey string `json:"idempotency_key"`
+	// Metadata travels with the entry beside its payload (see Metadata):
+	// stored and returned, never part of the envelope's content for
+	// Repeated versus Conflict, and never changed by Save or SaveClaim.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // OutboxStatus is the status of an outbox entry.

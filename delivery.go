@@ -24,6 +24,7 @@ func NewDelivery(req EnqueueRequest, defaults Policy, now time.Time) Delivery {
 		Target:      req.Target,
 		Ceremony:    req.Ceremony,
 		Payload:     clonePayload(req.Payload),
+		Metadata:    req.Metadata.Clone(),
 		Policy:      req.Policy.Resolve(defaults),
 		State:       DeliveryStateOffered,
 		AvailableAt: avail,
@@ -36,6 +37,7 @@ func NewDelivery(req EnqueueRequest, defaults Policy, now time.Time) Delivery {
 // EnqueueAgain returns the outcome of enqueueing req when d already holds
 // its ID: OutcomeRepeated for the same content (target, ceremony, payload,
 // resolved policy), whatever state d is in, and OutcomeConflict otherwise.
+// Metadata is not content and is not compared.
 // The target is the same when it is the one d was enqueued for or the one
 // a Follow supersession moved it to: the request did not change, the
 // destination did.
@@ -382,6 +384,7 @@ func (d Delivery) Supersede(replacement Target, mode FollowMode, now time.Time) 
 // Clone returns a deep copy of d, sharing no memory with it.
 func (d Delivery) Clone() Delivery {
 	d.Payload = clonePayload(d.Payload)
+	d.Metadata = d.Metadata.Clone()
 	d.Lease = clonePtr(d.Lease)
 	d.EndedLease = clonePtr(d.EndedLease)
 	d.Ack = clonePtr(d.Ack)

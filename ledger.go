@@ -28,6 +28,7 @@ type Ledger interface {
 	// content (target, ceremony, payload, resolved policy) answers
 	// OutcomeRepeated, even if the record has moved on or ended; with
 	// different content it answers OutcomeConflict. Neither writes anything.
+	// Metadata is not content: a repeat keeps the record's own.
 	// After a Follow supersession the request's target may be the one the
 	// delivery was enqueued for (Delivery.EnqueuedTarget) or the one it
 	// has now: a producer that retries its original request, or one that
@@ -337,6 +338,9 @@ type EnqueueRequest struct {
 	Ceremony CeremonyID
 	// Payload is opaque bytes; nil and empty are the same content.
 	Payload []byte
+	// Metadata travels with the delivery beside its payload (see
+	// Metadata): stored and returned, never part of its content.
+	Metadata Metadata
 	// Policy's zero fields take the store's defaults.
 	Policy Policy
 	// AvailableAt delays the first offer; zero means now.
@@ -380,11 +384,15 @@ type Delivery struct {
 	// Follow supersession has moved it to another; empty while Target is
 	// still that one. Enqueue compares a repeated request with it too, so
 	// a producer retrying its original request is answered Repeated.
-	EnqueuedTarget Target        `json:"enqueued_target,omitempty"`
-	Ceremony       CeremonyID    `json:"ceremony"`
-	Payload        []byte        `json:"payload,omitzero"`
-	Policy         Policy        `json:"policy"`
-	State          DeliveryState `json:"state"`
+	EnqueuedTarget Target     `json:"enqueued_target,omitempty"`
+	Ceremony       CeremonyID `json:"ceremony"`
+	Payload        []byte     `json:"payload,omitzero"`
+	// Metadata is the metadata of the enqueue that created the delivery
+	// (see Metadata); nil when it had none. Records returned by a store
+	// never share it with the store: change it freely.
+	Metadata Metadata      `json:"metadata,omitempty"`
+	Policy   Policy        `json:"policy"`
+	State    DeliveryState `json:"state"`
 	// Attempts counts lease grants, less those given back by Release or a
 	// Follow supersession.
 	Attempts int `json:"attempts"`

@@ -27,6 +27,7 @@ func OutboxEntryIDFor(idempotencyKey string) OutboxEntryID {
 func NewOutboxEntry(env Envelope, now time.Time) OutboxEntry {
 	now = Normalize(now)
 	env.Payload = clonePayload(env.Payload)
+	env.Metadata = env.Metadata.Clone()
 	return OutboxEntry{
 		ID:        OutboxEntryIDFor(env.IdempotencyKey),
 		Envelope:  env,
@@ -39,7 +40,7 @@ func NewOutboxEntry(env Envelope, now time.Time) OutboxEntry {
 
 // EnqueueAgain returns the outcome of enqueueing env when e already holds
 // its ID: OutcomeRepeated for the same provider, kind and payload,
-// OutcomeConflict otherwise.
+// OutcomeConflict otherwise. Metadata is not content and is not compared.
 func (e OutboxEntry) EnqueueAgain(env Envelope) Outcome {
 	if e.Envelope.Provider == env.Provider && e.Envelope.Kind == env.Kind &&
 		e.Envelope.IdempotencyKey == env.IdempotencyKey && bytes.Equal(e.Envelope.Payload, env.Payload) {
@@ -283,6 +284,7 @@ func (e OutboxEntry) RenewClaim(claim Claim, now time.Time, duration time.Durati
 // Clone returns a deep copy of e, sharing no memory with it.
 func (e OutboxEntry) Clone() OutboxEntry {
 	e.Envelope.Payload = clonePayload(e.Envelope.Payload)
+	e.Envelope.Metadata = e.Envelope.Metadata.Clone()
 	e.LastError = clonePtr(e.LastError)
 	e.Result = clonePtr(e.Result)
 	e.Claim = clonePtr(e.Claim)

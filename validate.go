@@ -211,6 +211,7 @@ func ValidateEnqueue(req EnqueueRequest, now time.Time, maxPayload int) error {
 		ValidateName("target", string(req.Target)),
 		validateOptionalName("ceremony", string(req.Ceremony)),
 		ValidatePayload("payload", req.Payload, maxPayload),
+		ValidateMetadata("metadata", req.Metadata),
 		req.Policy.Validate("policy"),
 		optionalPastOK("available at", req.AvailableAt),
 		ValidateTime("now", now),
@@ -344,6 +345,7 @@ func ValidateEnvelope(env Envelope, maxPayload int) error {
 		ValidateName("kind", env.Kind),
 		ValidatePayload("payload", env.Payload, maxPayload),
 		ValidateName("idempotency key", env.IdempotencyKey),
+		ValidateMetadata("metadata", env.Metadata),
 	)
 }
 

@@ -156,10 +156,10 @@ func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry
 	if err != nil {
 		// Observed here, logged by Run (once per doubling of the failures
 		// in a row, not once per poll).
-		c.record(ctx, Event{Kind: EventStoreError, Err: err})
+		c.record(ctx, Event{Kind: EventStoreError, Err: err, Worker: d.cfg.worker})
 	}
-	for _, ce := range claimed {
-		c.record(ctx, Event{Kind: EventClaimed, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts})
+	for i := range claimed {
+		c.record(ctx, d.entryEvent(EventClaimed, &claimed[i]))
 	}
 	return claimed, err
 }
@@ -184,6 +184,17 @@ func (d *Dispatcher) releaseAll(ctx context.Context, claimed []ledger.ClaimedEnt
 	for _, ce := range claimed {
 		res, err := d.store.ReleaseClaim(sctx, ce.Claim, "dispatcher shutting down before emitting")
 		c.completed(sctx, ce, EventReleased, res, err, 0, nil)
+	}
+}
+
+// entryEvent returns an event of kind about ce, labelled with the
+// dispatcher's worker name and the entry's provider, kind, claim and
+// metadata.
+func (d *Dispatcher) entryEvent(kind EventKind, ce *ledger.ClaimedEntry) Event {
+	return Event{
+		Kind: kind, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts,
+		Worker: d.cfg.worker, Provider: ce.Entry.Envelope.Provider, EntryKind: ce.Entry.Envelope.Kind,
+		Seq: ce.Claim.Seq, Metadata: ce.Entry.Envelope.Metadata,
 	}
 }
 
@@ -242,7 +253,8 @@ func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind Even
 			slog.Int("attempt", ce.Entry.Attempts),
 		}, more...)
 	}
-	ev := Event{Kind: kind, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts, Duration: dur, Err: emitErr}
+	ev := c.d.entryEvent(kind, &ce)
+	ev.Duration, ev.Err, ev.Final = dur, emitErr, true
 	switch {
 	case err != nil:
 		ev.Kind, ev.Err = EventStoreError, err
@@ -254,6 +266,9 @@ func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind Even
 			attrs(slog.String("intended", string(kind)), slog.String("outcome", string(res.Outcome)))...)
 	default:
 		ev.Outcome = string(res.Outcome)
+		if kind != EventReleased {
+			ev.Latency = res.Entry.UpdatedAt.Sub(res.Entry.CreatedAt)
+		}
 		if emitErr != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "dispatch: emission failed",
 				attrs(slog.String("result", string(kind)), slog.Any("error", emitErr))...)

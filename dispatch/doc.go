@@ -173,8 +173,13 @@
 // Every outcome is reported to the Observer (a no-op by default) as an
 // Event with a kind, the entry (or delivery) ID, the attempt and the
 // emission's (or handler's) duration, and summed in the Stats (or
-// WorkerStats) that RunOnce returns. Failures and lost claims or leases
-// are logged through log/slog (WithLogger).
+// WorkerStats) that RunOnce returns. Events also carry what a metrics
+// system labels by (provider and kind, or target), the record's
+// metadata, the time from enqueue to completion, and whether they
+// settle a claim or lease (Event.Final); the module
+// github.com/leaseledger/ledger/otel turns them into OpenTelemetry
+// metrics and spans. Failures and lost claims or leases are logged
+// through log/slog (WithLogger).
 //
 // # Testing with a dispatcher or a worker
 //

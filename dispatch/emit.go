@@ -226,7 +226,8 @@ func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, c
 	return startRenewLoop(ctx, d.cfg.afterFunc, d.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
 		res, err := renewer.RenewClaim(sctx, claim, d.cfg.clock(), d.cfg.leaseDuration)
 		return func() bool {
-			ev := Event{Kind: EventRenewed, EntryID: string(claim.EntryID), Attempt: ce.Entry.Attempts, Outcome: string(res.Outcome)}
+			ev := d.entryEvent(EventRenewed, &ce)
+			ev.Outcome = string(res.Outcome)
 			switch {
 			case err != nil:
 				// The claim may still be ours: try again at the next tick.

@@ -165,6 +165,19 @@ func (c *counter) Events(k dispatch.EventKind) []dispatch.Event {
 	return out
 }
 
+// Finals returns the events that settled an entry or a delivery.
+func (c *counter) Finals() []dispatch.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []dispatch.Event
+	for _, e := range c.events {
+		if e.Final {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // emissions counts Emit calls per entry.
 type emissions struct {
 	mu sync.Mutex

@@ -1,6 +1,10 @@
 package dispatch
 
-import "time"
+import (
+	"time"
+
+	"github.com/leaseledger/ledger"
+)
 
 // EventKind names what happened to one claimed entry, or to a poll cycle.
 type EventKind string
@@ -41,7 +45,8 @@ const (
 // RenewLost and StoreError, which mean for a leased delivery what they
 // mean for a claimed entry. Every leased delivery produces exactly one of
 // Processed, Retried, Failed, Released, Lost, FenceRejected or
-// StoreError. A Worker's events carry the delivery ID in EntryID.
+// StoreError. A Worker's events carry the delivery ID in EntryID, as they
+// always have, and under its own name in DeliveryID.
 const (
 	// EventLeased: the delivery was leased; Duration is zero.
 	EventLeased EventKind = "leased"
@@ -87,8 +92,17 @@ const (
 // SweepFailed. Duration is how long the emission (or the sweep job)
 // took, for events that follow one. Job and Count are set on a Sweeper's
 // events only.
+//
+// The fields after Count label the event for metrics and traces. The
+// bounded ones (Provider, EntryKind, Target, Kind, Outcome) suit metric
+// labels; IDs, Seq, Owner, Ceremony and Metadata do not: give them to
+// traces and logs. Building an event allocates nothing: the strings and
+// the metadata map are shared with the loop's copy of the record.
 type Event struct {
-	Kind     EventKind
+	Kind EventKind
+	// EntryID is the outbox entry's ID for a Dispatcher's events; for a
+	// Worker's events it is the delivery ID (see DeliveryID, the clearer
+	// name).
 	EntryID  string
 	Attempt  int
 	Outcome  string
@@ -96,6 +110,45 @@ type Event struct {
 	Duration time.Duration
 	Job      SweepJob
 	Count    int
+
+	// Worker is the Dispatcher's worker name (WithWorker), on every
+	// event of a Dispatcher; empty on a Worker's events.
+	Worker string
+	// Provider and EntryKind are the provider and kind of the entry's
+	// envelope, on a Dispatcher's events about an entry.
+	Provider  string
+	EntryKind string
+
+	// DeliveryID, Target and Ceremony describe the delivery of a
+	// Worker's event (Target and Ceremony are empty on EventReclaimed,
+	// whose Lease call reports the ID alone).
+	DeliveryID ledger.DeliveryID
+	Target     ledger.Target
+	Ceremony   ledger.CeremonyID
+	// Owner is the agent and incarnation a Worker leases under, on
+	// every event of a Worker, and only there.
+	Owner ledger.Owner
+
+	// Seq is the sequence number of the claim or lease the event is
+	// about: with the entry or delivery ID it names one grant.
+	Seq int64
+	// Metadata is the entry's (or delivery's) ledger.Metadata, for
+	// example the producer's trace context. It is the loop's own map, not
+	// a copy: observers must not change it, and must copy what they keep
+	// after Observe returns.
+	Metadata ledger.Metadata
+	// Latency is the time from the record's enqueue to its completion,
+	// on the events of completions that applied (Delivered, Retried,
+	// DeadLettered and Deferred for a Dispatcher; Processed, Retried and
+	// Failed for a Worker): the completed record's UpdatedAt less its
+	// CreatedAt, both stamped by the store. Zero on other events.
+	Latency time.Duration
+	// Final is true on the one event that settles a claimed entry or a
+	// leased delivery (Delivered, Retried, DeadLettered, Deferred,
+	// Released, Lost, Processed, Failed, FenceRejected, or the
+	// StoreError of its completion), and false on every other event,
+	// notably the StoreError of a renewal, after which the work goes on.
+	Final bool
 }
 
 // Observer receives an Event for everything the dispatcher does to an

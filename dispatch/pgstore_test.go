@@ -127,3 +127,13 @@ func TestPgNewIncarnationReclaimsTheOldLeases(t *testing.T) {
 	clk := newClock()
 	checkNewIncarnationReclaims(t, clk, newPgStore(t, clk))
 }
+
+// TestPgDispatcherEventsAreLabelled checks the labels of a Dispatcher's
+// events on pgstore, whose outbox completes a cycle's claims in batches:
+// the metadata read back from its column and the latency from the
+// stamps of its completion statements.
+func TestPgDispatcherEventsAreLabelled(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	checkDispatcherEventsLabelled(t, clk, newPgStore(t, clk).Outbox())
+}

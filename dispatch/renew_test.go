@@ -100,6 +100,10 @@ func TestLongEmissionRenewsItsClaimAndStopsWhenLost(t *testing.T) {
 	require.Equal(t, 1, timers.Fire(every))
 	assert.Equal(t, 1, obs.Count(dispatch.EventStoreError))
 	require.Equal(t, 1, timers.Active(every))
+	renewErr := obs.Events(dispatch.EventStoreError)[0]
+	assert.False(t, renewErr.Final, "a renewal's store error settles nothing: the emission goes on")
+	assert.Equal(t, string(ids[0]), renewErr.EntryID)
+	assert.Equal(t, "mail", renewErr.Provider, "a renewal's events are labelled like the others")
 
 	// The store did not keep the renewed expiry, so at the lease's end the
 	// renewal answers LeaseExpired: the emission is cancelled.
@@ -111,6 +115,8 @@ func TestLongEmissionRenewsItsClaimAndStopsWhenLost(t *testing.T) {
 	assert.Equal(t, 1, obs.Count(dispatch.EventRenewLost))
 	assert.Equal(t, 1, res.stats.Renewed)
 	assert.Zero(t, timers.Active(every), "no renewal after the emission ended")
+
+	assert.Len(t, obs.Finals(), 1, "one event settles the entry")
 
 	// Nobody took the entry over, so the failure is still recorded.
 	e := get(t, store, ids[0])

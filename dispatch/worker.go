@@ -239,15 +239,15 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	if err != nil {
 		// Observed here, logged by Run (once per doubling of the failures
 		// in a row, not once per poll).
-		c.record(Event{Kind: EventStoreError, Err: err})
+		c.record(Event{Kind: EventStoreError, Err: err, Owner: w.owner})
 	}
 	for _, id := range res.Reclaimed {
-		c.record(Event{Kind: EventReclaimed, EntryID: string(id)})
+		c.record(Event{Kind: EventReclaimed, EntryID: string(id), DeliveryID: id, Owner: w.owner})
 		w.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "dispatch: reclaimed a delivery from an older incarnation",
 			slog.String("owner", w.owner.String()), slog.String("delivery_id", string(id)))
 	}
-	for _, ld := range res.Leased {
-		c.record(Event{Kind: EventLeased, EntryID: string(ld.Delivery.ID), Attempt: ld.Delivery.Attempts})
+	for i := range res.Leased {
+		c.record(w.deliveryEvent(EventLeased, &res.Leased[i]))
 	}
 	w.handleAll(ctx, res.Leased, c)
 	c.mu.Lock()
@@ -332,7 +332,8 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 			slog.Int("attempt", ld.Delivery.Attempts),
 		}, more...)
 	}
-	ev := Event{Kind: kind, EntryID: string(ld.Delivery.ID), Attempt: ld.Delivery.Attempts, Duration: dur, Err: handleErr, Outcome: string(res.Outcome)}
+	ev := c.w.deliveryEvent(kind, &ld)
+	ev.Duration, ev.Err, ev.Outcome, ev.Final = dur, handleErr, string(res.Outcome), true
 	switch {
 	case err != nil:
 		ev.Kind, ev.Err, ev.Outcome = EventStoreError, err, ""
@@ -350,12 +351,25 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 		if kind == EventRetried && res.Delivery.State == ledger.DeliveryStateFailed {
 			ev.Kind = EventFailed // the attempts were used up
 		}
+		if kind != EventReleased {
+			ev.Latency = res.Delivery.UpdatedAt.Sub(res.Delivery.CreatedAt)
+		}
 		if handleErr != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "dispatch: handler failed",
 				attrs(slog.String("result", string(ev.Kind)), slog.Any("error", handleErr))...)
 		}
 	}
 	c.record(ev)
+}
+
+// deliveryEvent returns an event of kind about ld, labelled with the
+// Worker's owner and the delivery's target, ceremony, lease and metadata.
+func (w *Worker) deliveryEvent(kind EventKind, ld *ledger.LeasedDelivery) Event {
+	return Event{
+		Kind: kind, EntryID: string(ld.Delivery.ID), Attempt: ld.Delivery.Attempts,
+		DeliveryID: ld.Delivery.ID, Target: ld.Delivery.Target, Ceremony: ld.Delivery.Ceremony, Owner: w.owner,
+		Seq: ld.Lease.Seq, Metadata: ld.Delivery.Metadata,
+	}
 }
 
 // processedEarlier reports whether res answers a MarkProcessed that an
@@ -508,7 +522,8 @@ func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, c
 		// stays the one to present.
 		res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
 		return func() bool {
-			ev := Event{Kind: EventRenewed, EntryID: id, Attempt: ld.Delivery.Attempts, Outcome: string(res.Outcome)}
+			ev := w.deliveryEvent(EventRenewed, &ld)
+			ev.Outcome = string(res.Outcome)
 			switch {
 			case err != nil:
 				// The lease may still be ours: try again at the next tick.

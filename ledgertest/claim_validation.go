@@ -2,6 +2,8 @@ package ledgertest
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,11 +130,20 @@ func claimBadEnvelopes(call func(ctx context.Context, f claimFixture, env ledger
 	out := claimBadEach("Provider", claimBadNames, with(func(e *ledger.Envelope, v string) { e.Provider = v }))
 	out = append(out, claimBadEach("Kind", claimBadNames, with(func(e *ledger.Envelope, v string) { e.Kind = v }))...)
 	out = append(out, claimBadEach("IdempotencyKey", claimBadNames, with(func(e *ledger.Envelope, v string) { e.IdempotencyKey = v }))...)
-	return append(out, claimBadCase{"PayloadOversize", func(ctx context.Context, f claimFixture) error {
+	out = append(out, claimBadCase{"PayloadOversize", func(ctx context.Context, f claimFixture) error {
 		env := claimEnvelope("fresh")
 		env.Payload = make([]byte, ledger.DefaultMaxPayload+1)
 		return call(ctx, f, env)
 	}})
+	bad := badMetadata()
+	for _, name := range slices.Sorted(maps.Keys(bad)) {
+		out = append(out, claimBadCase{"Metadata/" + name, func(ctx context.Context, f claimFixture) error {
+			env := claimEnvelope("fresh")
+			env.Metadata = bad[name]
+			return call(ctx, f, env)
+		}})
+	}
+	return out
 }
 
 // claimBadEmissionErrors returns the cases for a call taking an EmissionError.

@@ -3,6 +3,8 @@ package ledgertest
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +204,7 @@ func enqueueInvalidCases() []invalidCase {
 			return enq(ctx, l, req("v-new", "host-1"), now)
 		}),
 	)
-	return append(cases,
+	return append(append(cases,
 		withReq("payload/oversize", func(r *ledger.EnqueueRequest) { r.Payload = make([]byte, ledger.DefaultMaxPayload+1) }),
 		withReq("policy/max attempts negative", func(r *ledger.EnqueueRequest) { r.Policy.MaxAttempts = -1 }),
 		withReq("policy/max attempts over limit", func(r *ledger.EnqueueRequest) { r.Policy.MaxAttempts = ledger.MaxAttemptsLimit + 1 }),
@@ -221,7 +223,48 @@ func enqueueInvalidCases() []invalidCase {
 			r.ID = "v-offered"
 			r.Payload = make([]byte, ledger.DefaultMaxPayload+1)
 		}),
-	)
+		withReq("existing id with invalid metadata", func(r *ledger.EnqueueRequest) {
+			r.ID = "v-offered"
+			r.Metadata = ledger.Metadata{"k": "nul\x00"}
+		}),
+	), metadataCases(func(ctx context.Context, l ledger.Ledger, md ledger.Metadata) error {
+		r := req("v-new", "host-1")
+		r.Metadata = md
+		return enq(ctx, l, r, at(time.Second))
+	})...)
+}
+
+// badMetadata returns malformed metadata by name: every bound and every
+// rule of ledger.ValidateMetadata broken once.
+func badMetadata() map[string]ledger.Metadata {
+	tooMany := ledger.Metadata{}
+	for i := range ledger.MaxMetadataEntries + 1 {
+		tooMany[fmt.Sprintf("key-%02d", i)] = "v"
+	}
+	return map[string]ledger.Metadata{
+		"too many keys":       tooMany,
+		"too many bytes":      {"k": strings.Repeat("v", ledger.MaxMetadataBytes)},
+		"empty key":           {"": "v"},
+		"oversize key":        {strings.Repeat("k", ledger.MaxNameBytes+1): "v"},
+		"control in key":      {"a\nb": "v"},
+		"invalid UTF-8 key":   {"a\xffb": "v"},
+		"NUL in value":        {"k": "a\x00b"},
+		"invalid UTF-8 value": {"k": "a\xffb"},
+	}
+}
+
+// metadataCases returns one case per malformed metadata for a call that
+// takes it.
+func metadataCases(call func(ctx context.Context, l ledger.Ledger, md ledger.Metadata) error) []invalidCase {
+	var out []invalidCase
+	bad := badMetadata()
+	for _, name := range slices.Sorted(maps.Keys(bad)) {
+		md := bad[name]
+		out = append(out, invalidCase{"metadata/" + name, func(ctx context.Context, l ledger.Ledger, _ validationSeed) error {
+			return call(ctx, l, md)
+		}})
+	}
+	return out
 }
 
 func enqueueBatchInvalidCases() []invalidCase {
@@ -251,6 +294,11 @@ func enqueueBatchInvalidCases() []invalidCase {
 		}),
 		nowCases(func(ctx context.Context, l ledger.Ledger, _ validationSeed, now time.Time) error {
 			return batch(ctx, l, []ledger.EnqueueRequest{req("v-new-1", "host-1")}, now)
+		}),
+		metadataCases(func(ctx context.Context, l ledger.Ledger, md ledger.Metadata) error {
+			bad := req("v-new-2", "host-1")
+			bad.Metadata = md
+			return batch(ctx, l, []ledger.EnqueueRequest{req("v-new-1", "host-1"), bad}, at(time.Second))
 		}),
 	)
 }

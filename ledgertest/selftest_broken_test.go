@@ -2,6 +2,7 @@ package ledgertest_test
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -329,4 +330,39 @@ func (l staleLeadLedger) RenewLead(ctx context.Context, lead ledger.Lead, now ti
 	}
 	lead.ExpiresAt = ledger.Normalize(now).Add(ttl)
 	return ledger.LeadResult{Outcome: ledger.OutcomeApplied, Lead: lead}, nil
+}
+
+// metadataContentLedger takes metadata for enqueue content: an enqueue of
+// an existing ID with other metadata answers Conflict.
+type metadataContentLedger struct {
+	*memstore.Store
+}
+
+func (l metadataContentLedger) Enqueue(ctx context.Context, r ledger.EnqueueRequest, now time.Time) (ledger.DeliveryResult, error) {
+	res, err := l.Store.Enqueue(ctx, r, now)
+	if err == nil && res.Outcome == ledger.OutcomeRepeated && !maps.Equal(res.Delivery.Metadata, r.Metadata) {
+		res.Outcome = ledger.OutcomeConflict
+	}
+	return res, err
+}
+
+// forgetMetadataOutbox loses the metadata of the entries its claims
+// return.
+type forgetMetadataOutbox struct {
+	*memstore.Outbox
+}
+
+func (o forgetMetadataOutbox) forget(got []ledger.ClaimedEntry, err error) ([]ledger.ClaimedEntry, error) {
+	for i := range got {
+		got[i].Entry.Envelope.Metadata = nil
+	}
+	return got, err
+}
+
+func (o forgetMetadataOutbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	return o.forget(o.Outbox.ClaimPending(ctx, req))
+}
+
+func (o forgetMetadataOutbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
+	return o.forget(o.Outbox.ClaimRetryReady(ctx, req))
 }

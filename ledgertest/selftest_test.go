@@ -42,6 +42,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	"claim-lenient-save": func(t *testing.T) {
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return lenientSaveOutbox{memstore.NewOutbox()} })
 	},
+	"claim-forget-metadata": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetMetadataOutbox{memstore.NewOutbox()} })
+	},
 	"ledger-intact": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return memstore.New() })
 	},
@@ -75,6 +78,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	},
 	"lead-stale-renew": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleLeadLedger{memstore.New()} })
+	},
+	"ledger-metadata-content": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return metadataContentLedger{memstore.New()} })
 	},
 }
 
@@ -133,6 +139,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"Bounds/AttemptsPastMaxCountAreInvalid",
 			"Validation/Save/AttemptsPastMaxCount",
 		}},
+		{mode: "claim-forget-metadata", failed: []string{
+			"Metadata/RoundTrips",
+			"Metadata/KeptByEveryTransition",
+		}},
 		{mode: "ledger-intact"},
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
@@ -156,6 +166,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "ledger-leaky-token", failed: []string{
 			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",
 			"Tokens/LeaseRebuiltFromARecordCannotAct",
+		}},
+		{mode: "ledger-metadata-content", failed: []string{
+			"Metadata/NilAndEmptyAreTheSame",
+			"Metadata/IsNotContent",
 		}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

@@ -222,7 +222,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 	args := []any{now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
 		string(ledger.OpClaim), string(ledger.OutcomeApplied), !s.cfg.noHistory}
 	var r outboxRow
-	ptrs := pointers(r.columns()) // Scan writes every field of r, every row
+	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
 	scan := func(rows pgx.Rows) error {
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
@@ -382,7 +382,7 @@ func claimCompletionOf(c ledger.ClaimCompletion) entryCompletion {
 
 func scanEntry(row scanner) (ledger.OutboxEntry, error) {
 	var r outboxRow
-	if err := row.Scan(pointers(r.columns())...); err != nil {
+	if err := row.Scan(pointers(r.readColumns())...); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return r.entry(), nil

@@ -163,7 +163,7 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	defer rows.Close()
 	var out []ledger.LeasedDelivery
 	var r deliveryRow
-	ptrs := pointers(r.columns()) // Scan writes every field of r, every row
+	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, err

@@ -241,6 +241,9 @@ func (r *diffRun) drawContent() {
 		if r.chance(25) {
 			req.AvailableAt = t0.Add(time.Duration(1+r.rng.IntN(120))*time.Second + r.nanos())
 		}
+		if r.chance(30) {
+			req.Metadata = ledger.Metadata{"tenant": "t-" + string(id), "note": "<\"&\">\n"}
+		}
 		r.canon[id] = req
 		r.deliveryIDs = append(r.deliveryIDs, string(id))
 	}
@@ -250,6 +253,9 @@ func (r *diffRun) drawContent() {
 		env := ledger.Envelope{Provider: pickOne(r, []string{"mail", "sms"}), Kind: pickOne(r, []string{"notice", "alert"}), IdempotencyKey: key}
 		if r.chance(60) {
 			env.Payload = []byte("body of " + key)
+		}
+		if r.chance(30) {
+			env.Metadata = ledger.Metadata{"traceparent": "00-" + key}
 		}
 		r.envs[key] = env
 		id := string(ledger.OutboxEntryIDFor(key))

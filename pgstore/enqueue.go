@@ -81,7 +81,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 	// Copied in ID order, so that two calls sharing IDs wait for each
 	// other in the same order instead of deadlocking.
 	slices.Sort(ids)
-	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), "creation_implied")
+	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), metadataColumn, "creation_implied")
 	var results []ledger.DeliveryResult
 	err := s.enqueueOnce(ctx, op, func(tx pgx.Tx) (bool, error) {
 		rows, err := tx.Query(ctx, s.q.deliveriesByID, ids)
@@ -101,11 +101,12 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 			if _, ok := held[ledger.DeliveryID(id)]; ok {
 				continue
 			}
-			r, err := newDeliveryRow(records[ledger.DeliveryID(id)])
+			d := records[ledger.DeliveryID(id)]
+			r, err := newDeliveryRow(d)
 			if err != nil {
 				return false, err
 			}
-			fresh = append(fresh, append(enqueueCopy(pointers(r.columns())), !s.cfg.noHistory))
+			fresh = append(fresh, append(enqueueCopy(pointers(r.columns())), metadataArg(d.Metadata), !s.cfg.noHistory))
 		}
 		if err := copyIn(ctx, tx, pgx.Identifier{s.cfg.schema, "deliveries"}, columns, fresh); err != nil {
 			return false, err
@@ -159,7 +160,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		ids[i] = string(id)
 	}
 	slices.Sort(ids) // copied in ID order, as deliveries are
-	columns := append(enqueueCopyNames(columnNames((&outboxRow{}).columns())), "creation_implied")
+	columns := append(enqueueCopyNames(columnNames((&outboxRow{}).columns())), metadataColumn, "creation_implied")
 	if len(order) > 1 {
 		columns = append(columns, "enqueue_seq")
 	}
@@ -184,11 +185,12 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			if _, ok := held[ledger.OutboxEntryID(id)]; ok {
 				continue
 			}
-			r, err := newOutboxRow(records[ledger.OutboxEntryID(id)])
+			e := records[ledger.OutboxEntryID(id)]
+			r, err := newOutboxRow(e)
 			if err != nil {
 				return false, err
 			}
-			row := append(enqueueCopy(pointers(r.columns())), !s.cfg.noHistory)
+			row := append(enqueueCopy(pointers(r.columns())), metadataArg(e.Envelope.Metadata), !s.cfg.noHistory)
 			if seqs != nil {
 				row = append(row, seqs[ledger.OutboxEntryID(id)])
 			}

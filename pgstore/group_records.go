@@ -161,14 +161,15 @@ func repeated(ids []string) map[string]bool {
 	return out
 }
 
-// scanRow scans the current row of rows into r, keeps its columns in
-// read by ID, for the write-back to compare with, and returns its record.
-func scanRow[R any](rows pgx.Rows, r interface{ columns() []column }, read map[string][]column, record func() R) (R, error) {
-	cols := r.columns()
+// scanRow scans the current row of rows into r, keeps the columns a
+// write-back can write in read by ID, for it to compare with, and returns
+// its record.
+func scanRow[R any](rows pgx.Rows, r interface{ readColumns() []column }, read map[string][]column, record func() R) (R, error) {
+	cols := r.readColumns()
 	if err := rows.Scan(pointers(cols)...); err != nil {
 		var zero R
 		return zero, err
 	}
-	read[*cols[0].ptr.(*string)] = cols
+	read[*cols[0].ptr.(*string)] = cols[:len(cols)-readOnlyColumns]
 	return record(), nil
 }

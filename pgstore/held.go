@@ -49,8 +49,8 @@ func newHeldRecords[R any]() *heldRecords[R] {
 }
 
 // get returns the held copy of record id. The caller must not change
-// what it shares with the cache (its payload); state machine steps
-// return new records and never do.
+// what it shares with the cache (its payload and metadata); state
+// machine steps return new records and never do.
 func (h *heldRecords[R]) get(id string) (R, bool) {
 	h.mu.Lock()
 	r, ok := h.m[id]

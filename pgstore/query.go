@@ -286,8 +286,13 @@ func newQueries(schema string) *queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	deliveries, fences, outbox := s+".deliveries", s+".target_fences", s+".outbox_entries"
 	deliveryHistory, entryHistory := s+".delivery_history", s+".outbox_entry_history"
-	dcols := columnNames((&deliveryRow{}).columns())
-	ocols := columnNames((&outboxRow{}).columns())
+	// Reads return every column; the write-backs write the columns a
+	// transition can change, which are all but the ones enqueue alone
+	// writes (see row.go).
+	dcols := columnNames((&deliveryRow{}).readColumns())
+	ocols := columnNames((&outboxRow{}).readColumns())
+	dwrite := dcols[:len(dcols)-readOnlyColumns]
+	owrite := ocols[:len(ocols)-readOnlyColumns]
 
 	selectFrom := func(cols []string, table string) string {
 		return "SELECT " + strings.Join(cols, ", ") + " FROM " + table
@@ -320,7 +325,7 @@ func newQueries(schema string) *queries {
 		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
 		lockDelivery:   selectFrom(dcols, deliveries) + " WHERE id = $1 FOR UPDATE",
 		deliveriesByID: selectFrom(dcols, deliveries) + " WHERE id = ANY($1::text[])",
-		updateDelivery: update(deliveries, dcols),
+		updateDelivery: update(deliveries, dwrite),
 		listDeliveries: selectFrom(dcols, deliveries) + ` WHERE id > $1
 			AND (cardinality($2::text[]) = 0 OR target = ANY($2::text[]))
 			AND ($3::text IS NULL OR ceremony = $3::text)
@@ -354,7 +359,7 @@ func newQueries(schema string) *queries {
 		getEntry:    selectFrom(ocols, outbox) + " WHERE id = $1",
 		lockEntry:   selectFrom(ocols, outbox) + " WHERE id = $1 FOR UPDATE",
 		entriesByID: selectFrom(ocols, outbox) + " WHERE id = ANY($1::text[])",
-		updateEntry: update(outbox, ocols),
+		updateEntry: update(outbox, owrite),
 		// The finds return claimed entries too: the unclaimed ones in
 		// order from the claims' own index, and the claimed ones, work in
 		// hand, through the index of claims.

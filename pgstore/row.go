@@ -16,7 +16,16 @@ import (
 // Mapping rules: a zero time is NULL; a nil nested struct is NULL in all
 // of its columns, and it is present exactly when its key column (lease
 // token, ack agent, failure kind, ...) is not NULL; an empty payload and
-// an empty ceremony are NULL; durations are microseconds.
+// an empty ceremony are NULL; durations are microseconds; metadata is a
+// jsonb object, NULL when empty.
+//
+// Metadata is written once, by the enqueue that creates the row, and
+// never by an UPDATE: no transition changes it. So columns lists the
+// columns a transition writes, and readColumns those and metadata, which
+// every read returns; newDeliveryRow and newOutboxRow leave metadata out
+// (the enqueue adds it, see metadataArg), so that the statements writing
+// transitions (the ordinary write-back, the group and the held writes)
+// neither encode, compare nor send it.
 
 // column names one table column and points at the row field it maps to.
 type column struct {
@@ -100,6 +109,20 @@ type deliveryRow struct {
 	EndedAt                                    *time.Time
 	RedrivenFrom, RedrivenTo                   *string
 	Version                                    int64
+	Metadata                                   ledger.Metadata
+}
+
+// metadataColumn is the column of a record's metadata, in both tables.
+const metadataColumn = "metadata"
+
+// readOnlyColumns is how many columns readColumns adds after columns:
+// the ones written at enqueue only (metadataColumn).
+const readOnlyColumns = 1
+
+// readColumns lists the columns every read returns: r's columns, then
+// metadata (see the mapping rules above).
+func (r *deliveryRow) readColumns() []column {
+	return append(r.columns(), column{metadataColumn, &r.Metadata})
 }
 
 // columns lists r's columns: id comes first and version last, which the
@@ -226,6 +249,7 @@ func (r *deliveryRow) delivery() ledger.Delivery {
 		RedrivenFrom:     ledger.DeliveryID(deref(r.RedrivenFrom)),
 		RedrivenTo:       ledger.DeliveryID(deref(r.RedrivenTo)),
 		Version:          r.Version,
+		Metadata:         optMetadata(r.Metadata),
 	}
 	if r.LeaseToken != nil {
 		d.Lease = &ledger.Lease{
@@ -299,6 +323,13 @@ type outboxRow struct {
 	EndedAt                         *time.Time
 	RedrivenFrom, RedrivenTo        *string
 	Version                         int64
+	Metadata                        ledger.Metadata
+}
+
+// readColumns lists the columns every read returns: r's columns, then
+// metadata, as for deliveries.
+func (r *outboxRow) readColumns() []column {
+	return append(r.columns(), column{metadataColumn, &r.Metadata})
 }
 
 // columns lists r's columns in table order; id first, version last.
@@ -369,6 +400,7 @@ func (r *outboxRow) entry() ledger.OutboxEntry {
 			Kind:           r.Kind,
 			Payload:        optBytes(r.Payload),
 			IdempotencyKey: r.IdempotencyKey,
+			Metadata:       optMetadata(r.Metadata),
 		},
 		Status:           ledger.OutboxStatus(r.Status),
 		Attempts:         int(r.Attempts),
@@ -434,6 +466,25 @@ func optBytes(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// metadataArg is the value the enqueue writes to the metadata column:
+// NULL (nil) for no metadata, so that an enqueue without it costs
+// nothing more than before the column existed, else the map, which pgx
+// encodes as a jsonb object.
+func metadataArg(md ledger.Metadata) any {
+	if len(md) == 0 {
+		return nil
+	}
+	return map[string]string(md)
+}
+
+// optMetadata maps an empty object read back to nil, as NULL is.
+func optMetadata(md ledger.Metadata) ledger.Metadata {
+	if len(md) == 0 {
+		return nil
+	}
+	return md
 }
 
 // optTime maps the zero time to NULL.

@@ -281,7 +281,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanDelivery(row scanner) (ledger.Delivery, error) {
 	var r deliveryRow
-	if err := row.Scan(pointers(r.columns())...); err != nil {
+	if err := row.Scan(pointers(r.readColumns())...); err != nil {
 		return ledger.Delivery{}, err
 	}
 	return r.delivery(), nil

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -124,6 +126,32 @@ func fmtPayload(p []byte) string {
 	return fmt.Sprintf("%d bytes: %s%s", len(p), b.String(), suffix)
 }
 
+// metadataLines prints metadata one key a line, in key order, with the
+// value quoted: values are free text and may hold line breaks. "-" when
+// there is none.
+func metadataLines(md ledger.Metadata) []string {
+	if len(md) == 0 {
+		return []string{"-"}
+	}
+	lines := make([]string, 0, len(md))
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		lines = append(lines, fmt.Sprintf("%s = %q", k, md[k]))
+	}
+	return lines
+}
+
+// metadataRows writes the metadata rows of a record to tw, the first
+// under the label "metadata", the others under it.
+func metadataRows(tw io.Writer, md ledger.Metadata) {
+	for i, l := range metadataLines(md) {
+		label := "metadata:"
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, l)
+	}
+}
+
 // printList prints one page of deliveries as a table and the next cursor.
 func printList(w io.Writer, page ledger.Page) {
 	tw := newTable(w)
@@ -152,6 +180,7 @@ func printDelivery(w io.Writer, d ledger.Delivery) {
 	row("target", display(string(d.Target)))
 	row("ceremony", orDash(string(d.Ceremony)))
 	row("payload", fmtPayload(d.Payload))
+	metadataRows(tw, d.Metadata)
 	row("policy", fmt.Sprintf("max attempts %d, backoff %s..%s, ack window %s",
 		d.Policy.MaxAttempts, d.Policy.BackoffBase, d.Policy.BackoffMax, d.Policy.AckWindow))
 	row("attempts", fmt.Sprintf("%d of %d", d.Attempts, d.Policy.MaxAttempts))
@@ -215,6 +244,7 @@ func printEntry(w io.Writer, e ledger.OutboxEntry) {
 	row("kind", display(e.Envelope.Kind))
 	row("idempotency key", display(e.Envelope.IdempotencyKey))
 	row("payload", fmtPayload(e.Envelope.Payload))
+	metadataRows(tw, e.Envelope.Metadata)
 	row("attempts", strconv.Itoa(e.Attempts))
 	row("next attempt at", fmtTime(e.NextAttemptAt))
 	if le := e.LastError; le != nil {

@@ -188,8 +188,12 @@ func TestShow(t *testing.T) {
 	t.Parallel()
 	f := migrated(t)
 	f.enqueue("d1", "host-a", "c1")
+	_, err := f.store.Enqueue(t.Context(), ledger.EnqueueRequest{ID: "d-md", Target: "host-a",
+		Metadata: ledger.Metadata{"traceparent": "00-abc-01", "note": "two\nlines"}}, time.Now())
+	require.NoError(t, err)
 	entry, err := f.store.Outbox().Enqueue(t.Context(), ledger.Envelope{
 		Provider: "mail", Kind: "welcome", Payload: []byte("hi"), IdempotencyKey: "key-1",
+		Metadata: ledger.Metadata{"tenant": "acme"},
 	})
 	require.NoError(t, err)
 	entryID := string(entry.Entry.ID)
@@ -200,9 +204,18 @@ func TestShow(t *testing.T) {
 	assert.Contains(t, r.stdout, "d1")
 	assert.Contains(t, r.stdout, "host-a")
 	assert.Contains(t, r.stdout, string(ledger.DeliveryStateOffered))
+	assert.Regexp(t, `(?m)^metadata: +-$`, r.stdout, "no metadata prints a dash")
+
+	// Metadata: one key a line, in key order, values quoted.
+	r = f.run("show", "d-md")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^metadata: +note = "two\\nlines"\n +traceparent = "00-abc-01"$`, r.stdout)
+	doc := decode[showJSON](t, f.run("show", "-json", "d-md"))
+	require.NotNil(t, doc.Delivery)
+	assert.Equal(t, ledger.Metadata{"traceparent": "00-abc-01", "note": "two\nlines"}, doc.Delivery.Metadata)
 
 	// Flags after the ID work too.
-	doc := decode[showJSON](t, f.run("show", "d1", "-json"))
+	doc = decode[showJSON](t, f.run("show", "d1", "-json"))
 	assert.Equal(t, "delivery", doc.Kind)
 	require.NotNil(t, doc.Delivery)
 	assert.Equal(t, f.get("d1"), *doc.Delivery)
@@ -211,6 +224,7 @@ func TestShow(t *testing.T) {
 	r = f.run("show", entryID)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "key-1")
+	assert.Regexp(t, `(?m)^metadata: +tenant = "acme"$`, r.stdout)
 	doc = decode[showJSON](t, f.run("show", "-json", entryID))
 	assert.Equal(t, "outbox_entry", doc.Kind)
 	require.NotNil(t, doc.Entry)
