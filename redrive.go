@@ -33,9 +33,11 @@ import (
 //     new emission, or it would drop what the operator asked to send.
 //   - What the new record keeps: for a delivery, its target as it now
 //     stands (after a Follow supersession, the replacement), ceremony,
-//     payload and resolved policy, so that the retries it gets are the
-//     ones it was enqueued with, whatever the store's defaults are now;
-//     for an entry, its provider, kind and payload. It starts afresh:
+//     payload, metadata and resolved policy, so that the retries it gets
+//     are the ones it was enqueued with, whatever the store's defaults are
+//     now; for an entry, its provider, kind, payload and metadata (a trace
+//     context in it links the redrive to the producer's span, as the
+//     original was). It starts afresh:
 //     Offered (Pending) at now, no attempts, no lease or claim, no
 //     failure, Version 1.
 //   - Idempotence: a record is redriven at most once. Redriving it again
@@ -261,6 +263,7 @@ func (d Delivery) Redrive(newID DeliveryID, taken bool, now time.Time) (original
 		Target:       d.Target,
 		Ceremony:     d.Ceremony,
 		Payload:      clonePayload(d.Payload),
+		Metadata:     d.Metadata.Clone(),
 		Policy:       d.Policy,
 		State:        DeliveryStateOffered,
 		AvailableAt:  now,
@@ -319,6 +322,7 @@ func (e OutboxEntry) Redrive(key string, taken bool, now time.Time) (original, r
 		return e, OutboxEntry{}, OutcomeConflict
 	}
 	env := e.Envelope
+	env.Metadata = e.Envelope.Metadata.Clone()
 	env.IdempotencyKey = e.RedriveKeyFor(key)
 	redriven = NewOutboxEntry(env, now)
 	redriven.RedrivenFrom = e.ID

@@ -58,7 +58,12 @@ func claimDeadLettered(t *testing.T, s ledger.ClaimStore, key string) ledger.Out
 // claimFailed enqueues an entry for key and fails it for good.
 func claimFailed(t *testing.T, s ledger.ClaimStore, key string) ledger.OutboxEntry {
 	t.Helper()
-	e := claimEnqueue(t, s, key)
+	env := claimEnvelope(key)
+	env.Metadata = redriveMetadata // a redrive keeps it
+	res, err := s.Enqueue(t.Context(), env)
+	require.NoError(t, err)
+	require.Equal(t, ledger.OutcomeApplied, res.Outcome, "enqueue %q", key)
+	e := res.Entry
 	got, err := s.MarkFailed(t.Context(), e.ID, ledger.EmissionError{Code: "500", Message: "broken"}, nil)
 	require.NoError(t, err)
 	require.Equal(t, ledger.OutboxStatusFailed, got.Status)

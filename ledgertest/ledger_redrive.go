@@ -50,10 +50,16 @@ func (f *ledgerFixture) redriver() ledger.Redriver {
 	return r
 }
 
+// redriveMetadata is the metadata of the records the redrive rules end:
+// a redrive copies it to the new record, trace context included.
+var redriveMetadata = ledger.Metadata{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+
 // failedAt enqueues id on target at t0 and fails it for good at ended.
 func (f *ledgerFixture) failedAt(id ledger.DeliveryID, target ledger.Target, ended time.Time) ledger.Delivery {
 	f.t.Helper()
-	f.enqueue(req(id, target), t0)
+	r := req(id, target)
+	r.Metadata = redriveMetadata // a redrive keeps it
+	f.enqueue(r, t0)
 	l := f.leaseOne(id, ownerA, ended)
 	return f.applied(f.get(id), ended)(f.l.MarkFailed(f.ctx, l, ledger.FailureReason{Message: "no such mailbox", Permanent: true}, ended))
 }
@@ -82,6 +88,7 @@ func (f *ledgerFixture) requireRedriven(before ledger.Delivery, res ledger.Redri
 	require.Equal(f.t, res.Original, f.get(before.ID))
 	fresh := ledger.Delivery{
 		ID: newID, Target: before.Target, Ceremony: before.Ceremony, Payload: before.Payload, Policy: before.Policy,
+		Metadata: before.Metadata,
 		State: ledger.DeliveryStateOffered, AvailableAt: now, CreatedAt: now, UpdatedAt: now, Version: 1,
 		RedrivenFrom: before.ID,
 	}

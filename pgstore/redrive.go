@@ -191,7 +191,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 		if err != nil {
 			return nil, err
 		}
-		b.Queue(s.q.insertDelivery, pointers(r.columns())...)
+		b.Queue(s.q.insertDelivery, append(pointers(r.columns()), metadataArg(d.Metadata))...)
 	}
 	hist.queue(b, s.q.insertDeliveryHistory)
 	if _, err := execBatch(ctx, tx, b); err != nil {
@@ -362,7 +362,7 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 			if err != nil {
 				return nil, err
 			}
-			b.Queue(s.q.insertEntry, pointers(nr.columns())...)
+			b.Queue(s.q.insertEntry, append(pointers(nr.columns()), metadataArg(fresh.Envelope.Metadata))...)
 			or, err := newOutboxRow(orig)
 			if err != nil {
 				return nil, err
