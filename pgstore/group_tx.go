@@ -256,18 +256,15 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 	}
 	w.counts.Queue("COMMIT")
 	last := w.counts.Len() - 1
+	reached := -1 // the last statement answered without error
 	err = send(ctx, c.Conn, w.counts, func(i int, tag pgconn.CommandTag) error {
 		if i == last && tag.String() != "COMMIT" {
 			return errRolledBack
 		}
+		reached = i
 		return nil
 	})
-	var pgErr *pgconn.PgError
-	if err == nil || errors.Is(err, errRolledBack) || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
-		// Done, refused by the server (rolled back), or never sent.
-		return false, err
-	}
-	return true, err
+	return commitOutcome(err, reached == last, reached+1 < last)
 }
 
 // runGroup runs decide as a group transaction, retrying it like inTx,
