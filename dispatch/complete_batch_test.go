@@ -72,7 +72,7 @@ func (s *batchStore) CompleteClaims(ctx context.Context, cs []ledger.ClaimComple
 func batchDispatcher(t *testing.T, clk *testClock, store *batchStore, obs *counter, n int) ([]ledger.OutboxEntryID, dispatch.Stats, error) {
 	t.Helper()
 	ids := enqueue(t, store, "k", n)
-	opts := append(baseOptions(clk, &fakeTimers{}, obs), dispatch.WithConcurrency(n), dispatch.WithBatchSize(n))
+	opts := append(baseOptions(clk, &fakeTimers{}, obs), dispatch.WithConcurrency(n), dispatch.WithBatchSize(n), dispatch.WithBatchCompletion())
 	d, err := dispatch.NewDispatcher(store, okEmitter(newEmissions()), opts...)
 	require.NoError(t, err)
 	st, err := d.RunOnce(context.Background())
@@ -90,6 +90,29 @@ func TestCyclesCompleteInBatchesWhenTheStoreCan(t *testing.T) {
 	assert.Equal(t, 16, obs.Count(dispatch.EventDelivered))
 	assert.Zero(t, store.singles, "completions made one by one")
 	assert.Equal(t, 16, store.inCall, "completions made in batches")
+	for _, id := range ids {
+		assert.Equal(t, ledger.OutboxStatusDelivered, get(t, store, id).Status)
+	}
+}
+
+// TestCyclesCompleteOneByOneByDefault: without WithBatchCompletion a
+// cycle completes each emission with its own call, even on a store that
+// could take them together, so that a group-committing store shares one
+// commit among the completions of every dispatcher.
+func TestCyclesCompleteOneByOneByDefault(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	store := &batchStore{Outbox: newOutbox(clk)}
+	obs := newCounter()
+	ids := enqueue(t, store, "k", 8)
+	opts := append(baseOptions(clk, &fakeTimers{}, obs), dispatch.WithConcurrency(8), dispatch.WithBatchSize(8))
+	d, err := dispatch.NewDispatcher(store, okEmitter(newEmissions()), opts...)
+	require.NoError(t, err)
+	st, err := d.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 8, st.Delivered)
+	assert.Equal(t, 8, store.singles, "completions made one by one")
+	assert.Zero(t, store.inCall, "completions made in batches")
 	for _, id := range ids {
 		assert.Equal(t, ledger.OutboxStatusDelivered, get(t, store, id).Status)
 	}

@@ -120,7 +120,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	c := &cycle{d: d}
-	if cc, ok := d.store.(ledger.ClaimCompleter); ok {
+	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
 		c.batch = &completionBatch{store: cc, c: c}
 	}
 	claimed, claimErr := d.claim(ctx, c)

@@ -31,7 +31,7 @@ func TestDispatcherEventsAreLabelled(t *testing.T) {
 		t.Parallel()
 		clk := newClock()
 		store := &batchStore{Outbox: newOutbox(clk)}
-		checkDispatcherEventsLabelled(t, clk, store)
+		checkDispatcherEventsLabelled(t, clk, store, dispatch.WithBatchCompletion())
 		assert.Zero(t, store.singles, "completions made one by one")
 		assert.Equal(t, 3, store.inCall, "completions made in batches")
 	})
@@ -40,7 +40,7 @@ func TestDispatcherEventsAreLabelled(t *testing.T) {
 // checkDispatcherEventsLabelled runs one cycle over three entries of
 // store, delivered, retried and dead-lettered, and checks the labels of
 // every event of the cycle.
-func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.ClaimStore) {
+func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.ClaimStore, opts ...dispatch.DispatcherOption) {
 	t.Helper()
 	md := ledger.Metadata{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	envs := []ledger.Envelope{
@@ -64,7 +64,7 @@ func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.Cl
 		return ledger.EmissionResult{ProviderRef: "ref"}, nil
 	})
 	obs := newCounter()
-	d, err := dispatch.NewDispatcher(store, emitter, append(baseOptions(clk, &fakeTimers{}, obs), dispatch.WithWorker("dispatcher-1"))...)
+	d, err := dispatch.NewDispatcher(store, emitter, append(append(baseOptions(clk, &fakeTimers{}, obs), dispatch.WithWorker("dispatcher-1")), opts...)...)
 	require.NoError(t, err)
 
 	const waited = 5 * time.Second // the entries wait this long before the dispatcher runs

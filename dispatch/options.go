@@ -32,7 +32,8 @@ type AfterFunc func(d time.Duration, f func()) (stop func() bool)
 //   - DispatcherOption: an Option, or one of the poll loops' settings
 //     (WithLeaseDuration, WithBatchSize, WithConcurrency, WithPollInterval,
 //     WithoutPollJitter, WithWake, WithShutdownTimeout, WithSweeper), or one
-//     of the Dispatcher's own (WithWorker, WithEmitTimeout, WithPolicy);
+//     of the Dispatcher's own (WithWorker, WithEmitTimeout, WithPolicy,
+//     WithBatchCompletion);
 //   - WorkerOption: every DispatcherOption, and the Worker's own
 //     (WithHandleTimeout, WithFenceSource, WithCeremony, WithObservation,
 //     WithoutSweeper);
@@ -43,11 +44,11 @@ type AfterFunc func(d time.Duration, f func()) (stop func() bool)
 // compile time, and NewSweeper a poll loop's. One check is left to run
 // time: every DispatcherOption is a WorkerOption (so that a list of
 // options can be built once for both loops), and NewWorker fails with
-// ledger.ErrInvalid on the three that mean nothing to a Worker
-// (WithWorker, WithEmitTimeout, WithPolicy).
+// ledger.ErrInvalid on the four that mean nothing to a Worker
+// (WithWorker, WithEmitTimeout, WithPolicy, WithBatchCompletion).
 
 // DispatcherOption configures a Dispatcher. Every DispatcherOption is also
-// a WorkerOption (see WorkerOption for the three a Worker refuses).
+// a WorkerOption (see WorkerOption for the four a Worker refuses).
 type DispatcherOption interface {
 	WorkerOption
 	applyDispatcher(*config)
@@ -120,6 +121,9 @@ type config struct {
 	wake            <-chan struct{}
 	shutdownTimeout time.Duration
 	policy          ledger.Policy
+	// batchCompletion completes a cycle's emissions through
+	// ledger.ClaimCompleter (WithBatchCompletion).
+	batchCompletion bool
 	// sweep starts a Sweeper inside Run with the options sweeper
 	// (WithSweeper, WithoutSweeper).
 	sweep   bool
@@ -149,6 +153,22 @@ func WithWorker(name string) DispatcherOption { return loopOption(func(c *config
 // shorter than the claim lease, or NewDispatcher fails.
 func WithEmitTimeout(d time.Duration) DispatcherOption {
 	return loopOption(func(c *config) { c.emitTimeout = d })
+}
+
+// WithBatchCompletion makes a Dispatcher complete a cycle's emissions in
+// batches when its store is a ledger.ClaimCompleter: as emissions finish,
+// their completions are gathered and written with one CompleteClaims call
+// per batch instead of one call each, each decided as its own call would
+// be. It costs the client less CPU per entry. It is off by default because
+// each batch commits on its own: a store that group-commits concurrent
+// calls (pgstore's default) shares one commit among the completions of
+// every dispatcher of the process, which drains faster with several
+// dispatchers than a commit per batch does (measured: the default moved
+// an eight-dispatcher drain about 1.5 times as fast). Turn it on for one
+// dispatcher per process, or where CPU counts more than throughput. A
+// Worker refuses it.
+func WithBatchCompletion() DispatcherOption {
+	return loopOption(func(c *config) { c.batchCompletion = true })
 }
 
 // WithLeaseDuration sets how long a claim lasts (DefaultLeaseDuration).

@@ -19,8 +19,8 @@ import (
 // answers at once: the library's own cost per entry. An op is one entry;
 // the enqueue is not timed. Beside ns/op it reports the client's CPU per
 // entry. OneByOne hides the store's CompleteClaims, so its completions
-// are single calls (joined by group commit); Batched completes each
-// cycle's emissions together. Run with a fixed -benchtime, e.g. 20000x.
+// are single calls (joined by group commit), as by default; Batched
+// completes each cycle's emissions together (WithBatchCompletion). Run with a fixed -benchtime, e.g. 20000x.
 func BenchmarkDispatcherDrain(b *testing.B) {
 	b.Run("Batched", func(b *testing.B) { benchDispatcherDrain(b, false) })
 	b.Run("OneByOne", func(b *testing.B) { benchDispatcherDrain(b, true) })
@@ -59,8 +59,11 @@ func benchDispatcherDrain(b *testing.B, oneByOne bool) {
 		b.Fatal(err)
 	}
 	var store ledger.ClaimStore = s.Outbox()
+	opts := []dispatch.DispatcherOption{dispatch.WithBatchSize(100), dispatch.WithConcurrency(25), dispatch.WithLogger(discardLogger())}
 	if oneByOne {
 		store = singleCompletions{s.Outbox(), s.Outbox(), s.Outbox()}
+	} else {
+		opts = append(opts, dispatch.WithBatchCompletion())
 	}
 	emitter := dispatch.EmitterFunc(func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
 		return ledger.EmissionResult{ProviderRef: "ref"}, nil
@@ -68,8 +71,7 @@ func benchDispatcherDrain(b *testing.B, oneByOne bool) {
 	const dispatchers = 4
 	ds := make([]*dispatch.Dispatcher, dispatchers)
 	for i := range ds {
-		ds[i], err = dispatch.NewDispatcher(store, emitter, dispatch.WithWorker(fmt.Sprintf("bench-%d", i)),
-			dispatch.WithBatchSize(100), dispatch.WithConcurrency(25), dispatch.WithLogger(discardLogger()))
+		ds[i], err = dispatch.NewDispatcher(store, emitter, append(opts, dispatch.WithWorker(fmt.Sprintf("bench-%d", i)))...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -129,11 +129,19 @@ func TestPgNewIncarnationReclaimsTheOldLeases(t *testing.T) {
 }
 
 // TestPgDispatcherEventsAreLabelled checks the labels of a Dispatcher's
-// events on pgstore, whose outbox completes a cycle's claims in batches:
-// the metadata read back from its column and the latency from the
-// stamps of its completion statements.
+// events on pgstore, completing one by one and in batches: the metadata
+// read back from its column and the latency from the stamps of its
+// completion statements.
 func TestPgDispatcherEventsAreLabelled(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
-	checkDispatcherEventsLabelled(t, clk, newPgStore(t, clk).Outbox())
+	t.Run("one by one", func(t *testing.T) {
+		t.Parallel()
+		clk := newClock()
+		checkDispatcherEventsLabelled(t, clk, newPgStore(t, clk).Outbox())
+	})
+	t.Run("in batches", func(t *testing.T) {
+		t.Parallel()
+		clk := newClock()
+		checkDispatcherEventsLabelled(t, clk, newPgStore(t, clk).Outbox(), dispatch.WithBatchCompletion())
+	})
 }

@@ -28,8 +28,9 @@ type FenceSource func(ctx context.Context, target ledger.Target) (*ledger.Fence,
 // WithConcurrency, WithPollInterval, WithoutPollJitter, WithWake,
 // WithShutdownTimeout, WithSweeper), except three that have no meaning
 // for a Worker and make NewWorker fail: WithWorker (the agent is
-// NewWorker's argument), WithEmitTimeout (use WithHandleTimeout) and
-// WithPolicy (a delivery's retry policy is stored on it at Enqueue). They
+// NewWorker's argument), WithEmitTimeout (use WithHandleTimeout),
+// WithPolicy (a delivery's retry policy is stored on it at Enqueue) and
+// WithBatchCompletion. They
 // cannot be refused at compile time: a DispatcherOption must stay usable
 // as a WorkerOption, so that one list of options serves both loops.
 type WorkerOption interface {
@@ -112,6 +113,8 @@ func (c *workerConfig) validate(renews bool) error {
 		return invalid("emit timeout", "not used by a Worker: use WithHandleTimeout")
 	case c.policy != ledger.Policy{}:
 		return invalid("policy", "not used by a Worker: a delivery's policy is set at Enqueue")
+	case c.batchCompletion:
+		return invalid("batch completion", "not used by a Worker: it completes each delivery with one call")
 	}
 	if c.batchSize == 0 {
 		c.batchSize = c.concurrency

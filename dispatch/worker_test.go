@@ -150,6 +150,9 @@ func TestNewWorkerRejectsBadArguments(t *testing.T) {
 		"WithPolicy": func() (*dispatch.Worker, error) {
 			return dispatch.NewWorker(l, "a", nil, h, dispatch.WithPolicy(workerPolicy))
 		},
+		"WithBatchCompletion": func() (*dispatch.Worker, error) {
+			return dispatch.NewWorker(l, "a", nil, h, dispatch.WithBatchCompletion())
+		},
 		"HandleTimeoutNotUnderLeaseWithoutRenewer": func() (*dispatch.Worker, error) {
 			return dispatch.NewWorker(plainLedger{l}, "a", nil, h, dispatch.WithHandleTimeout(time.Minute), dispatch.WithLeaseDuration(time.Minute))
 		},
