@@ -191,7 +191,11 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 		if err != nil {
 			return nil, err
 		}
-		b.Queue(s.q.insertDelivery, append(pointers(r.columns()), metadataArg(d.Metadata))...)
+		md, err := metadataParam(d.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(s.q.insertDelivery, append(pointers(r.columns()), md)...)
 	}
 	hist.queue(b, s.q.insertDeliveryHistory)
 	if _, err := execBatch(ctx, tx, b); err != nil {
@@ -362,7 +366,11 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 			if err != nil {
 				return nil, err
 			}
-			b.Queue(s.q.insertEntry, append(pointers(nr.columns()), metadataArg(fresh.Envelope.Metadata))...)
+			md, err := metadataParam(fresh.Envelope.Metadata)
+			if err != nil {
+				return nil, err
+			}
+			b.Queue(s.q.insertEntry, append(pointers(nr.columns()), md)...)
 			or, err := newOutboxRow(orig)
 			if err != nil {
 				return nil, err

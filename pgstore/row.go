@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -477,6 +478,21 @@ func metadataArg(md ledger.Metadata) any {
 		return nil
 	}
 	return map[string]string(md)
+}
+
+// metadataParam is metadataArg as a statement parameter: the object as
+// JSON text, which the server reads as the column's jsonb. A map would
+// need the parameter's type, which a connection that describes no
+// statement (behind PgBouncer in transaction mode) never learns.
+func metadataParam(md ledger.Metadata) (any, error) {
+	if len(md) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(map[string]string(md))
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
 }
 
 // optMetadata maps an empty object read back to nil, as NULL is.
