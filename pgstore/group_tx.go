@@ -264,7 +264,7 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 		reached = i
 		return nil
 	})
-	return commitOutcome(err, reached == last, reached+1 < last)
+	return commitOutcome(err, reached == last)
 }
 
 // runGroup runs decide as a group transaction, retrying it like inTx,

@@ -69,48 +69,33 @@ func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, arg
 		answered = true
 		return nil
 	})
-	return commitOutcome(err, answered, false)
+	return commitOutcome(err, answered)
 }
 
 // commitOutcome classifies how a round trip that carried COMMIT ended,
-// given err, whether COMMIT answered COMMIT, and whether err came from a
-// statement queued before COMMIT. It returns committing true when the
-// outcome is unknown, and the error to report, nil when the transaction
-// committed.
+// given err and whether COMMIT answered COMMIT. It returns committing
+// true when the outcome is unknown, and the error to report, nil when
+// the transaction committed.
 //
 //   - COMMIT answered: the transaction is durable, whatever failed after
-//     (the connection dying before its ReadyForQuery arrived is an
+//     it (the connection dying before the batch's ReadyForQuery is an
 //     error of the batch's close, not of the transaction).
-//   - Refused by the server before COMMIT ran (any error response to an
-//     earlier statement: the server handles a pipeline in order, and a
-//     fatal one ends the session, which rolls back), COMMIT answering
-//     ROLLBACK, an ERROR response to COMMIT itself, or a batch never
-//     sent: nothing was committed.
-//   - Anything else (the connection lost while COMMIT was answered, a
-//     FATAL response to COMMIT, which the server can send once the
-//     commit is durable, as when its backend is terminated): unknown.
-func commitOutcome(err error, answered, beforeCommit bool) (committing bool, _ error) {
+//   - An error response from the server (to COMMIT or to a statement
+//     before it), COMMIT answering ROLLBACK, or a batch never sent:
+//     nothing was committed. The server holds off a terminated backend's
+//     error while it writes the commit record and until the commit is
+//     done, so an error response to COMMIT means it never happened.
+//   - Anything else (the connection lost while COMMIT was answered):
+//     unknown.
+func commitOutcome(err error, answered bool) (committing bool, _ error) {
+	var pgErr *pgconn.PgError
 	switch {
 	case answered || err == nil:
 		return false, nil
-	case errors.Is(err, errRolledBack), pgconn.SafeToRetry(err):
-		return false, err
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (beforeCommit || !sessionEnding(pgErr)) {
+	case errors.Is(err, errRolledBack), errors.As(err, &pgErr), pgconn.SafeToRetry(err):
 		return false, err
 	}
 	return true, err
-}
-
-// sessionEnding reports whether e is a FATAL or PANIC response, one the
-// server sends as it ends the session.
-func sessionEnding(e *pgconn.PgError) bool {
-	sev := e.SeverityUnlocalized
-	if sev == "" {
-		sev = e.Severity
-	}
-	return sev == "FATAL" || sev == "PANIC"
 }
 
 // readTrip reads the results of the batch oneTrip sends.
