@@ -30,8 +30,8 @@ import (
 // With targets, the depth and lag points are those of the given targets
 // only, each present at every collection (zero when nothing of it is
 // queued), and other targets are left out: a filter on the labels, which
-// also bounds them. Targets no longer change the number of Stats calls,
-// nor label the records by state, which are always the whole ledger's.
+// also bounds them. Targets change neither the number of Stats calls
+// (one) nor the records by state, which are always the whole ledger's.
 // Register each ledger once. Unregister the returned registration to
 // stop.
 //
