@@ -28,6 +28,25 @@ type DeliveryStats struct {
 	// Lag is now minus OldestAvailableAt: how long the oldest offerable
 	// delivery has waited. Zero when Depth is 0.
 	Lag time.Duration `json:"lag_ns"`
+	// ByTarget breaks Depth down by target: one entry per target with at
+	// least one delivery counted in Depth, none for the others, so that
+	// the entries' depths add up to Depth and the oldest of their
+	// OldestAvailableAt is OldestAvailableAt. Under a filter it holds the
+	// matching deliveries only. Never nil in a store's answer.
+	ByTarget map[Target]TargetQueueStats `json:"by_target"`
+}
+
+// TargetQueueStats is the queue of one target, as DeliveryStats counts
+// the whole queue: its fields mean what the same fields of
+// DeliveryStats mean, for the target's deliveries alone.
+type TargetQueueStats struct {
+	// Depth counts the target's deliveries Lease could hand out at now;
+	// at least 1 in DeliveryStats.ByTarget.
+	Depth int64 `json:"depth"`
+	// OldestAvailableAt is the AvailableAt of the oldest of them.
+	OldestAvailableAt time.Time `json:"oldest_available_at,omitzero"`
+	// Lag is now minus OldestAvailableAt, zero when that is not past.
+	Lag time.Duration `json:"lag_ns"`
 }
 
 // OutboxStats counts outbox entries.
@@ -45,6 +64,25 @@ type OutboxStats struct {
 	OldestDueAt time.Time `json:"oldest_due_at,omitzero"`
 	// Lag is now minus OldestDueAt; zero when Depth is 0.
 	Lag time.Duration `json:"lag_ns"`
+	// ByProvider breaks Depth down by the entries' Envelope.Provider: one
+	// entry per provider with at least one entry counted in Depth, none
+	// for the others, so that the entries' depths add up to Depth and
+	// the oldest of their OldestDueAt is OldestDueAt. Never nil in a
+	// store's answer.
+	ByProvider map[string]ProviderQueueStats `json:"by_provider"`
+}
+
+// ProviderQueueStats is the queue of one provider, as OutboxStats counts
+// the whole outbox: its fields mean what the same fields of OutboxStats
+// mean, for the provider's entries alone.
+type ProviderQueueStats struct {
+	// Depth counts the provider's entries the claims could hand out at
+	// now; at least 1 in OutboxStats.ByProvider.
+	Depth int64 `json:"depth"`
+	// OldestDueAt is when the oldest of them became due.
+	OldestDueAt time.Time `json:"oldest_due_at,omitzero"`
+	// Lag is now minus OldestDueAt, zero when that is not past.
+	Lag time.Duration `json:"lag_ns"`
 }
 
 // StatsReporter is implemented by ledgers that count their deliveries
@@ -59,18 +97,21 @@ type OutboxStatsReporter interface {
 	OutboxStats(ctx context.Context, now time.Time) (OutboxStats, error)
 }
 
-// NewDeliveryStats returns stats with every state present and zero.
+// NewDeliveryStats returns stats with every state present and zero, and
+// ByTarget empty.
 func NewDeliveryStats() DeliveryStats {
-	s := DeliveryStats{ByState: make(map[DeliveryState]int64), ByCause: make(map[CauseKind]int64)}
+	s := DeliveryStats{ByState: make(map[DeliveryState]int64), ByCause: make(map[CauseKind]int64),
+		ByTarget: make(map[Target]TargetQueueStats)}
 	for _, st := range DeliveryStates() {
 		s.ByState[st] = 0
 	}
 	return s
 }
 
-// NewOutboxStats returns stats with every status present and zero.
+// NewOutboxStats returns stats with every status present and zero, and
+// ByProvider empty.
 func NewOutboxStats() OutboxStats {
-	s := OutboxStats{ByStatus: make(map[OutboxStatus]int64)}
+	s := OutboxStats{ByStatus: make(map[OutboxStatus]int64), ByProvider: make(map[string]ProviderQueueStats)}
 	for _, st := range OutboxStatuses() {
 		s.ByStatus[st] = 0
 	}
@@ -86,32 +127,83 @@ func (s *DeliveryStats) Count(d *Delivery, now time.Time) {
 		s.ByCause[d.Cause.Kind]++
 	}
 	if d.Offerable(now) {
-		s.Depth++
-		if s.OldestAvailableAt.IsZero() || d.AvailableAt.Before(s.OldestAvailableAt) {
-			s.OldestAvailableAt = d.AvailableAt
-		}
+		s.AddQueue(d.Target, 1, d.AvailableAt)
 	}
 }
 
-// Finish sets Lag from OldestAvailableAt and now.
+// AddQueue counts n offerable deliveries of target, the oldest of them
+// available since oldest, in Depth, OldestAvailableAt and ByTarget: what
+// Count does for one, for a store that counts the queue by target in
+// bulk. An n below 1 adds nothing.
+func (s *DeliveryStats) AddQueue(target Target, n int64, oldest time.Time) {
+	if n < 1 {
+		return
+	}
+	s.Depth += n
+	s.OldestAvailableAt = earliest(s.OldestAvailableAt, oldest)
+	if s.ByTarget == nil {
+		s.ByTarget = make(map[Target]TargetQueueStats)
+	}
+	q := s.ByTarget[target]
+	q.Depth += n
+	q.OldestAvailableAt = earliest(q.OldestAvailableAt, oldest)
+	s.ByTarget[target] = q
+}
+
+// Finish sets Lag, overall and per target, from the oldest times and now.
 func (s *DeliveryStats) Finish(now time.Time) {
-	s.Lag = lag(s.OldestAvailableAt, Normalize(now))
+	now = Normalize(now)
+	s.Lag = lag(s.OldestAvailableAt, now)
+	for t, q := range s.ByTarget {
+		q.Lag = lag(q.OldestAvailableAt, now)
+		s.ByTarget[t] = q
+	}
 }
 
 // Count adds e to s as seen at now.
 func (s *OutboxStats) Count(e *OutboxEntry, now time.Time) {
 	s.ByStatus[e.Status]++
 	if due, ok := e.DueAt(now); ok {
-		s.Depth++
-		if s.OldestDueAt.IsZero() || due.Before(s.OldestDueAt) {
-			s.OldestDueAt = due
-		}
+		s.AddQueue(e.Envelope.Provider, 1, due)
 	}
 }
 
-// Finish sets Lag from OldestDueAt and now.
+// AddQueue counts n due entries of provider, the oldest of them due since
+// oldest, in Depth, OldestDueAt and ByProvider: what Count does for one,
+// for a store that counts the queue by provider in bulk. An n below 1
+// adds nothing.
+func (s *OutboxStats) AddQueue(provider string, n int64, oldest time.Time) {
+	if n < 1 {
+		return
+	}
+	s.Depth += n
+	s.OldestDueAt = earliest(s.OldestDueAt, oldest)
+	if s.ByProvider == nil {
+		s.ByProvider = make(map[string]ProviderQueueStats)
+	}
+	q := s.ByProvider[provider]
+	q.Depth += n
+	q.OldestDueAt = earliest(q.OldestDueAt, oldest)
+	s.ByProvider[provider] = q
+}
+
+// Finish sets Lag, overall and per provider, from the oldest times and
+// now.
 func (s *OutboxStats) Finish(now time.Time) {
-	s.Lag = lag(s.OldestDueAt, Normalize(now))
+	now = Normalize(now)
+	s.Lag = lag(s.OldestDueAt, now)
+	for p, q := range s.ByProvider {
+		q.Lag = lag(q.OldestDueAt, now)
+		s.ByProvider[p] = q
+	}
+}
+
+// earliest returns the earlier of a and b, a zero one standing for none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // DueAt reports whether a claim at now could hand e out, and since when it

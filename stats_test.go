@@ -215,3 +215,60 @@ func TestValidateStats(t *testing.T) {
 	assert.NoError(t, ValidateOutboxStats(t0))
 	assert.ErrorIs(t, ValidateOutboxStats(time.Time{}), ErrInvalid)
 }
+
+func TestDeliveryStatsByTarget(t *testing.T) {
+	all := statsDeliveries(t) // on host-1
+	other := NewDelivery(EnqueueRequest{ID: "other", Target: "host-2", AvailableAt: t0.Add(30 * time.Minute)}, DefaultPolicy(), t0)
+	now := t0.Add(time.Hour)
+	s := NewDeliveryStats()
+	for _, d := range all {
+		s.Count(&d, now)
+	}
+	s.Count(&other, now)
+	s.Finish(now)
+	assert.Equal(t, map[Target]TargetQueueStats{
+		"host-1": {Depth: 3, OldestAvailableAt: t0, Lag: time.Hour},
+		"host-2": {Depth: 1, OldestAvailableAt: t0.Add(30 * time.Minute), Lag: 30 * time.Minute},
+	}, s.ByTarget, "the ended, held and spent deliveries are not counted")
+	assert.Equal(t, int64(4), s.Depth)
+
+	// Before host-2's delivery is due, host-2 has no entry at all.
+	s = NewDeliveryStats()
+	s.Count(&other, t0)
+	s.Finish(t0)
+	assert.Empty(t, s.ByTarget)
+	assert.NotNil(t, s.ByTarget)
+
+	// AddQueue is Count in bulk, and ignores an empty group.
+	s = NewDeliveryStats()
+	s.AddQueue("host-1", 2, t0.Add(time.Minute))
+	s.AddQueue("host-2", 0, t0)
+	s.AddQueue("host-3", 1, t0)
+	s.Finish(t0.Add(time.Minute))
+	assert.Equal(t, int64(3), s.Depth)
+	assert.Equal(t, t0, s.OldestAvailableAt)
+	assert.Equal(t, map[Target]TargetQueueStats{
+		"host-1": {Depth: 2, OldestAvailableAt: t0.Add(time.Minute)},
+		"host-3": {Depth: 1, OldestAvailableAt: t0, Lag: time.Minute},
+	}, s.ByTarget)
+}
+
+func TestOutboxStatsByProvider(t *testing.T) {
+	a := newEntry()
+	b := NewOutboxEntry(Envelope{Provider: "sms", Kind: "k", IdempotencyKey: "k2"}, t0.Add(time.Minute))
+	c := NewOutboxEntry(Envelope{Provider: "sms", Kind: "k", IdempotencyKey: "k3"}, t0.Add(2*time.Minute))
+	claimed, _ := c.Grant("w1", "tok", t0.Add(2*time.Minute), time.Hour)
+	ended, err := a.MarkDelivered(EmissionResult{}, t0)
+	require.NoError(t, err)
+	now := t0.Add(time.Hour)
+	s := NewOutboxStats()
+	for _, e := range []OutboxEntry{a, b, claimed, ended} {
+		s.Count(&e, now)
+	}
+	s.Finish(now)
+	assert.Equal(t, map[string]ProviderQueueStats{
+		a.Envelope.Provider: {Depth: 1, OldestDueAt: t0, Lag: time.Hour},
+		"sms":               {Depth: 1, OldestDueAt: t0.Add(time.Minute), Lag: 59 * time.Minute},
+	}, s.ByProvider, "the claimed and the ended entries are not counted")
+	assert.Equal(t, int64(2), s.Depth)
+}

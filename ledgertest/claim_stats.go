@@ -12,7 +12,8 @@ import (
 
 // testOutboxStats checks ledger.OutboxStatsReporter: the counts by status,
 // the depth of what the claims could hand out and the lag of the oldest of
-// it. Every answer must equal what ledger.OutboxStats.Count gives over every
+// it, overall and by provider (ByProvider: only providers with a due
+// entry). Every answer must equal what ledger.OutboxStats.Count gives over every
 // entry read back with FindByID, and Depth must be what ClaimPending and
 // ClaimRetryReady hand out. A store that does not implement
 // OutboxStatsReporter skips the group: stats are optional.
@@ -25,6 +26,7 @@ func testOutboxStats(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "DepthAndLagOverTime", newStore, claimStatsDepthAndLagOverTime)
 	claimRun(t, "DepthIsWhatClaimsHandOut", newStore, claimStatsDepthIsWhatClaimsHandOut)
 	claimRun(t, "NothingDueHasNoLag", newStore, claimStatsNothingDueHasNoLag)
+	claimRun(t, "QueueByProvider", newStore, claimStatsQueueByProvider)
 	claimRun(t, "InvalidIsRejected", newStore, claimStatsInvalidIsRejected)
 }
 
@@ -47,6 +49,10 @@ func claimStats(t *testing.T, s ledger.ClaimStore, now time.Time) ledger.OutboxS
 	require.NoError(t, err, "OutboxStats at %s", now)
 	if !st.OldestDueAt.IsZero() {
 		st.OldestDueAt = ledger.Normalize(st.OldestDueAt)
+	}
+	for p, q := range st.ByProvider {
+		q.OldestDueAt = ledger.Normalize(q.OldestDueAt)
+		st.ByProvider[p] = q
 	}
 	return st
 }
@@ -156,6 +162,71 @@ func claimStatsNothingDueHasNoLag(t *testing.T, s ledger.ClaimStore) {
 	require.Zero(t, st.Lag)
 	require.True(t, st.OldestDueAt.IsZero())
 	require.Equal(t, int64(1), st.ByStatus[ledger.OutboxStatusPending])
+}
+
+// claimEnqueueFor enqueues a new entry for key to provider.
+func claimEnqueueFor(t *testing.T, s ledger.ClaimStore, provider, key string) ledger.OutboxEntry {
+	t.Helper()
+	env := claimEnvelope(key)
+	env.Provider = provider
+	res, err := s.Enqueue(t.Context(), env)
+	require.NoError(t, err)
+	require.Equal(t, ledger.OutcomeApplied, res.Outcome, "enqueue %q", key)
+	return res.Entry
+}
+
+// claimStatsQueueByProvider pins ByProvider: per provider, the entries the
+// claims could hand out at now, the oldest due time among them and its
+// lag; a retry not yet due, a claim in force and an ended entry are never
+// counted, and a provider with nothing due has no entry.
+func claimStatsQueueByProvider(t *testing.T, s ledger.ClaimStore) {
+	ctx := t.Context()
+	// sms: one pending claimed until claimAt(claimLease), one retry due
+	// two hours ago.
+	sClaimed := claimEnqueueFor(t, s, "sms", "s-claimed")
+	claimOnlyPending(t, s, sClaimed.ID, claimT0)
+	sDue := claimEnqueueFor(t, s, "sms", "s-due")
+	retryAt := claimAt(-2 * time.Hour)
+	_, err := s.MarkFailed(ctx, sDue.ID, ledger.EmissionError{Message: "busy"}, &retryAt)
+	require.NoError(t, err)
+	// mail: one pending, one retry due an hour ago, one in an hour.
+	mFree := claimEnqueueFor(t, s, "mail", "m-free")
+	ids := []ledger.OutboxEntryID{sClaimed.ID, sDue.ID, mFree.ID}
+	for key, next := range map[string]time.Time{"m-due": claimAt(-time.Hour), "m-later": claimAt(time.Hour)} {
+		e := claimEnqueueFor(t, s, "mail", key)
+		ids = append(ids, e.ID)
+		_, err := s.MarkFailed(ctx, e.ID, ledger.EmissionError{Message: "busy"}, &next)
+		require.NoError(t, err)
+	}
+	// push: ended only.
+	pDone := claimEnqueueFor(t, s, "push", "p-done")
+	_, err = s.MarkFailed(ctx, pDone.ID, ledger.EmissionError{Message: "gone"}, nil)
+	require.NoError(t, err)
+	ids = append(ids, pDone.ID)
+
+	mailOldest := ledger.Normalize(mFree.CreatedAt)
+	if hourAgo := claimAt(-time.Hour); hourAgo.Before(mailOldest) {
+		mailOldest = hourAgo
+	}
+	type q = ledger.ProviderQueueStats
+	for _, c := range []struct {
+		now       time.Time
+		mail, sms int64
+	}{
+		{claimT0, 2, 1},
+		{claimAt(claimLease - time.Microsecond), 2, 1},
+		{claimAt(claimLease), 2, 2},
+		{claimAt(time.Hour), 3, 2},
+	} {
+		st := claimStats(t, s, c.now)
+		now := ledger.Normalize(c.now)
+		require.Equal(t, map[string]q{
+			"mail": {Depth: c.mail, OldestDueAt: mailOldest, Lag: max(now.Sub(mailOldest), 0)},
+			"sms":  {Depth: c.sms, OldestDueAt: retryAt, Lag: now.Sub(retryAt)},
+		}, st.ByProvider, "ByProvider at %s", c.now)
+		require.Equal(t, c.mail+c.sms, st.Depth, "the providers' depths add up to Depth")
+	}
+	claimRequireStatsMatchScan(t, s, ids, claimT0, claimAt(claimLease), claimAt(time.Hour))
 }
 
 func claimStatsInvalidIsRejected(t *testing.T, s ledger.ClaimStore) {

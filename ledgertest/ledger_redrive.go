@@ -89,7 +89,7 @@ func (f *ledgerFixture) requireRedriven(before ledger.Delivery, res ledger.Redri
 	fresh := ledger.Delivery{
 		ID: newID, Target: before.Target, Ceremony: before.Ceremony, Payload: before.Payload, Policy: before.Policy,
 		Metadata: before.Metadata,
-		State: ledger.DeliveryStateOffered, AvailableAt: now, CreatedAt: now, UpdatedAt: now, Version: 1,
+		State:    ledger.DeliveryStateOffered, AvailableAt: now, CreatedAt: now, UpdatedAt: now, Version: 1,
 		RedrivenFrom: before.ID,
 	}
 	require.Equal(f.t, fresh, res.Redriven, "the new delivery starts afresh with the original's content")

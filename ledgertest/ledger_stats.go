@@ -13,7 +13,8 @@ import (
 
 // testStats checks ledger.StatsReporter: the counts by state and cause,
 // the queue depth and the lag of the oldest offerable delivery, overall and
-// per target, ceremony or both. Every answer must equal what
+// per target, ceremony or both, and the queue broken down by target
+// (ByTarget: only targets with an offerable delivery). Every answer must equal what
 // ledger.DeliveryStats.Count gives over every matching record read back
 // with List, and Depth must be what Lease would hand out. A ledger that
 // does not implement StatsReporter skips the group: stats are optional.
@@ -24,6 +25,7 @@ func testStats(t *testing.T, newLedger NewLedgerFunc) {
 		{"DepthAndLagOverTime", statsDepthAndLagOverTime},
 		{"DepthIsWhatLeaseHandsOut", statsDepthIsWhatLeaseHandsOut},
 		{"NothingDueHasNoLag", statsNothingDueHasNoLag},
+		{"QueueByTarget", statsQueueByTarget},
 		{"InvalidIsRejected", statsInvalidIsRejected},
 	})
 }
@@ -46,6 +48,10 @@ func (f *ledgerFixture) stats(filter ledger.StatsFilter, now time.Time) ledger.D
 	require.NoError(f.t, err, "Stats %+v at %s", filter, now)
 	if !st.OldestAvailableAt.IsZero() {
 		st.OldestAvailableAt = ledger.Normalize(st.OldestAvailableAt)
+	}
+	for tg, q := range st.ByTarget {
+		q.OldestAvailableAt = ledger.Normalize(q.OldestAvailableAt)
+		st.ByTarget[tg] = q
 	}
 	return st
 }
@@ -261,6 +267,72 @@ func statsNothingDueHasNoLag(t *testing.T, f *ledgerFixture) {
 		require.Zero(t, st.Lag)
 		require.True(t, st.OldestAvailableAt.IsZero())
 	}
+}
+
+// statsQueueByTarget pins ByTarget: per target, the deliveries Lease could
+// hand out at now, the oldest AvailableAt among them and its lag; a
+// delivery not yet available, a lease in force, a lease on its last
+// attempt and an ended or acknowledged delivery are never counted, and a
+// target with nothing offerable has no entry.
+func statsQueueByTarget(t *testing.T, f *ledgerFixture) {
+	// host-3: acknowledged and processed, never in the queue.
+	f.acknowledged("c-acked", "host-3", ownerA, t0)
+	f.acknowledged("c-done", "host-3", ownerA, t0)
+	f.process("c-done", ownerA, nil, t0)
+	// host-2: one lease that runs out at expiry, one on its last attempt.
+	held := req("b-held", "host-2")
+	held.Ceremony = "cer-1"
+	f.enqueue(held, t0)
+	spent := req("b-spent", "host-2")
+	spent.Policy.MaxAttempts = 1
+	f.enqueue(spent, t0)
+	require.Len(t, f.lease(ledger.LeaseFilter{Targets: []ledger.Target{"host-2"}}, ownerA, t0, leaseFor, 2).Leased, 2)
+	// host-1: one available now, one in an hour.
+	now1 := req("a-now", "host-1")
+	now1.Ceremony = "cer-1"
+	f.enqueue(now1, t0)
+	later := req("a-later", "host-1")
+	later.AvailableAt = at(time.Hour)
+	f.enqueue(later, t0)
+
+	expiry := at(leaseFor)
+	type q = ledger.TargetQueueStats
+	for _, c := range []struct {
+		filter ledger.StatsFilter
+		now    time.Time
+		want   map[ledger.Target]q
+	}{
+		{ledger.StatsFilter{}, t0, map[ledger.Target]q{"host-1": {Depth: 1, OldestAvailableAt: t0}}},
+		{ledger.StatsFilter{}, expiry, map[ledger.Target]q{
+			"host-1": {Depth: 1, OldestAvailableAt: t0, Lag: leaseFor},
+			"host-2": {Depth: 1, OldestAvailableAt: expiry},
+		}},
+		{ledger.StatsFilter{}, at(time.Hour), map[ledger.Target]q{
+			"host-1": {Depth: 2, OldestAvailableAt: t0, Lag: time.Hour},
+			"host-2": {Depth: 1, OldestAvailableAt: expiry, Lag: time.Hour - leaseFor},
+		}},
+		{ledger.StatsFilter{Target: "host-2"}, at(time.Hour), map[ledger.Target]q{
+			"host-2": {Depth: 1, OldestAvailableAt: expiry, Lag: time.Hour - leaseFor},
+		}},
+		{ledger.StatsFilter{Target: "host-3"}, at(time.Hour), map[ledger.Target]q{}},
+		{ledger.StatsFilter{Ceremony: "cer-1"}, at(time.Hour), map[ledger.Target]q{
+			"host-1": {Depth: 1, OldestAvailableAt: t0, Lag: time.Hour},
+			"host-2": {Depth: 1, OldestAvailableAt: expiry, Lag: time.Hour - leaseFor},
+		}},
+		{ledger.StatsFilter{Target: "host-1", Ceremony: "cer-1"}, at(time.Hour), map[ledger.Target]q{
+			"host-1": {Depth: 1, OldestAvailableAt: t0, Lag: time.Hour},
+		}},
+	} {
+		st := f.stats(c.filter, c.now)
+		require.Equal(t, c.want, st.ByTarget, "ByTarget %+v at %s", c.filter, c.now)
+		var depth int64
+		for _, tq := range st.ByTarget {
+			depth += tq.Depth
+		}
+		require.Equal(t, st.Depth, depth, "the targets' depths add up to Depth")
+	}
+	filters := statsFilters([]ledger.Target{"host-1", "host-2", "host-3"}, []ledger.CeremonyID{"cer-1"})
+	f.requireStatsMatchScan(filters, t0, expiry, at(time.Hour))
 }
 
 func statsInvalidIsRejected(t *testing.T, f *ledgerFixture) {

@@ -366,3 +366,34 @@ func (o forgetMetadataOutbox) ClaimPending(ctx context.Context, req ledger.Claim
 func (o forgetMetadataOutbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	return o.forget(o.Outbox.ClaimRetryReady(ctx, req))
 }
+
+// wholeQueueLedger breaks the queue down by target without its filter:
+// ByTarget shows every target's queue whatever the filter.
+type wholeQueueLedger struct {
+	*memstore.Store
+}
+
+func (l wholeQueueLedger) Stats(ctx context.Context, f ledger.StatsFilter, now time.Time) (ledger.DeliveryStats, error) {
+	st, err := l.Store.Stats(ctx, f, now)
+	if err != nil {
+		return st, err
+	}
+	all, err := l.Store.Stats(ctx, ledger.StatsFilter{}, now)
+	st.ByTarget = all.ByTarget
+	return st, err
+}
+
+// oneProviderOutbox counts the whole queue under the provider "": the
+// breakdown by provider is lost, the totals are right.
+type oneProviderOutbox struct {
+	*memstore.Outbox
+}
+
+func (o oneProviderOutbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
+	st, err := o.Outbox.OutboxStats(ctx, now)
+	if err != nil || st.Depth == 0 {
+		return st, err
+	}
+	st.ByProvider = map[string]ledger.ProviderQueueStats{"": {Depth: st.Depth, OldestDueAt: st.OldestDueAt, Lag: st.Lag}}
+	return st, nil
+}

@@ -45,6 +45,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	"claim-forget-metadata": func(t *testing.T) {
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return forgetMetadataOutbox{memstore.NewOutbox()} })
 	},
+	"claim-one-provider": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return oneProviderOutbox{memstore.NewOutbox()} })
+	},
 	"ledger-intact": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return memstore.New() })
 	},
@@ -78,6 +81,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	},
 	"lead-stale-renew": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return staleLeadLedger{memstore.New()} })
+	},
+	"ledger-whole-queue": func(t *testing.T) {
+		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return wholeQueueLedger{memstore.New()} })
 	},
 	"ledger-metadata-content": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return metadataContentLedger{memstore.New()} })
@@ -143,6 +149,9 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 			"Metadata/RoundTrips",
 			"Metadata/KeptByEveryTransition",
 		}},
+		{mode: "claim-one-provider", failed: []string{
+			"Stats/QueueByProvider",
+		}},
 		{mode: "ledger-intact"},
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},
 		{mode: "ledger-forget-attempt", failed: ledgerForgetAttemptFailures},
@@ -166,6 +175,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		{mode: "ledger-leaky-token", failed: []string{
 			"Tokens/OnlyTheGranteesLeaseCarriesTheToken",
 			"Tokens/LeaseRebuiltFromARecordCannotAct",
+		}},
+		{mode: "ledger-whole-queue", failed: []string{
+			"Stats/QueueByTarget",
+			"Stats/DepthIsWhatLeaseHandsOut",
 		}},
 		{mode: "ledger-metadata-content", failed: []string{
 			"Metadata/NilAndEmptyAreTheSame",

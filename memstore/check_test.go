@@ -276,7 +276,7 @@ func sameGroups[N comparable, K ordered[K]](name string, g *groups[N, K], want m
 func checkOutbox(o *Outbox) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var pending, scheduled, claimed []string
+	var pending, scheduled []string
 	var counts [len(outboxStatuses)]int64
 	str := func(k timeKey) string { return fmt.Sprintf("%d/%s", k.at, k.id) }
 	pstr := func(k seqKey) string { return fmt.Sprintf("%d/%d/%s", k.at, k.seq, k.id) }
@@ -299,9 +299,6 @@ func checkOutbox(o *Outbox) error {
 		if p.Status.Scheduled() {
 			scheduled = append(scheduled, str(entryKey(p.NextAttemptAt, id)))
 		}
-		if p.Claim != nil {
-			claimed = append(claimed, str(entryKey(p.Claim.ExpiresAt, id)))
-		}
 		counts[statusCode(string(p.Status))]++
 		if o.cfg.noHistory {
 			if p.hist != nil {
@@ -316,9 +313,6 @@ func checkOutbox(o *Outbox) error {
 	}
 	if counts != o.counts {
 		return fmt.Errorf("counts by status: kept %v, entries give %v", o.counts, counts)
-	}
-	if err := sameKeys("claimed", &o.claimed, claimed, str, timeKey.compare); err != nil {
-		return err
 	}
 	if err := sameKeys("pending", &o.pending, pending, pstr, seqKey.compare); err != nil {
 		return err

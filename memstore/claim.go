@@ -53,10 +53,6 @@ type Outbox struct {
 	// scheduled holds RetryScheduled and Deferred entries by
 	// (NextAttemptAt, ID), claimed or not.
 	scheduled btree[timeKey]
-	// claimed holds the entries that carry a claim, in force or expired,
-	// by (claim ExpiresAt, ID), so that OutboxStats finds the claims in
-	// force without scanning.
-	claimed btree[timeKey]
 	// counts counts the entries by status (statusCode), for OutboxStats.
 	counts [len(outboxStatuses)]int64
 }
@@ -498,9 +494,6 @@ func (o *Outbox) unindex(p *ledger.OutboxEntry) {
 	if p.Status.Scheduled() {
 		o.scheduled.delete(entryKey(p.NextAttemptAt, p.ID))
 	}
-	if p.Claim != nil {
-		o.claimed.delete(entryKey(p.Claim.ExpiresAt, p.ID))
-	}
 }
 
 // reindex moves an entry from the index entries and counts of old (nil for
@@ -511,15 +504,6 @@ func (o *Outbox) reindex(old, e *ledger.OutboxEntry) {
 			o.counts[statusCode(string(old.Status))]--
 		}
 		o.counts[statusCode(string(e.Status))]++
-	}
-	hadClaim := old != nil && old.Claim != nil
-	if hasClaim := e.Claim != nil; hadClaim != hasClaim || (hadClaim && !old.Claim.ExpiresAt.Equal(e.Claim.ExpiresAt)) {
-		if hadClaim {
-			o.claimed.delete(entryKey(old.Claim.ExpiresAt, old.ID))
-		}
-		if hasClaim {
-			o.claimed.insert(entryKey(e.Claim.ExpiresAt, e.ID))
-		}
 	}
 	wasPending := old != nil && old.Status == ledger.OutboxStatusPending
 	if isPending := e.Status == ledger.OutboxStatusPending; wasPending != isPending {

@@ -159,17 +159,19 @@ func spent(d *ledger.Delivery) bool {
 
 // Stats counts the deliveries matching filter: by state, Expired ones by
 // cause, and those Lease could hand out at now (Depth), with the oldest
-// AvailableAt among them and its lag. The numbers are the ones
-// ledger.DeliveryStats.Count gives over every matching record, one
-// consistent snapshot under the store's lock.
+// AvailableAt among them and its lag, overall and by target (ByTarget).
+// The numbers are the ones ledger.DeliveryStats.Count gives over every
+// matching record, one consistent snapshot under the store's lock.
 //
 // Cost, for n records: the counts are kept as records change, so reading
-// them is O(1). Depth counts the due keys of the filter's offer index a
-// node at a time, O(log n + k/31) for k offerable deliveries, less the due
-// ones whose attempts are used up (one step each, and Expire ends them);
-// the oldest is the first offerable key. A filter on both a target and a
-// ceremony has no index of its own: it walks the ceremony's due keys one
-// by one, O(k) for its k due deliveries. Errors: ErrInvalid, ctx.Err().
+// them is O(1). The queue is counted target by target, through each
+// target's offer index: its due keys a node at a time, O(log n + k/31)
+// for k offerable deliveries, less the due ones whose attempts are used
+// up (one step each per target, and Expire ends them); the oldest is the
+// first offerable key. Without a filter that is once per target with
+// offer candidates. A filter on a ceremony walks the ceremony's due keys
+// one by one, O(k) for its k due deliveries. Errors: ErrInvalid,
+// ctx.Err().
 func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.Time) (ledger.DeliveryStats, error) {
 	if err := begin(ctx, ledger.ValidateStats(filter, now)); err != nil {
 		return ledger.DeliveryStats{}, err
@@ -185,10 +187,40 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 			st.ByCause[kind] = n
 		}
 	}
-	st.Depth, st.OldestAvailableAt = s.depth(filter, now)
+	s.queue(&st, filter, now)
 	s.mu.Unlock()
 	st.Finish(now)
 	return st, nil
+}
+
+// queue counts in st, by target, the deliveries matching filter that
+// Lease could hand out at now. The caller holds s.mu.
+func (s *Store) queue(st *ledger.DeliveryStats, filter ledger.StatsFilter, now time.Time) {
+	if filter.Ceremony != "" {
+		// No index by ceremony and target: the ceremony's due keys, one
+		// by one.
+		t := s.byCeremony.get(filter.Ceremony)
+		if t == nil {
+			return
+		}
+		end := now.UnixMicro()
+		c := t.first()
+		for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
+			if p := s.recs[k.slot]; matches(p, filter) && p.Offerable(now) {
+				st.AddQueue(p.Target, 1, p.AvailableAt)
+			}
+		}
+		return
+	}
+	if filter.Target != "" {
+		n, oldest := s.depth(filter, now)
+		st.AddQueue(filter.Target, n, oldest)
+		return
+	}
+	for target := range s.byTarget.m {
+		n, oldest := s.depth(ledger.StatsFilter{Target: target}, now)
+		st.AddQueue(target, n, oldest)
+	}
 }
 
 // depth returns how many deliveries matching filter Lease could hand out
@@ -248,16 +280,15 @@ func matches(d *ledger.Delivery, f ledger.StatsFilter) bool {
 
 // OutboxStats counts the outbox entries by status, and those ClaimPending
 // or ClaimRetryReady could hand out at now (Depth), with the oldest due
-// time among them (ledger.OutboxEntry.DueAt) and its lag: the numbers
-// ledger.OutboxStats.Count gives over every entry.
+// time among them (ledger.OutboxEntry.DueAt) and its lag, overall and by
+// provider (ByProvider): the numbers ledger.OutboxStats.Count gives over
+// every entry.
 //
 // Cost, for n entries: the counts by status are kept as entries change,
-// O(1) to read. Depth is every Pending entry (an O(1) count) and every
-// scheduled entry due at now (counted a node at a time, O(log n + k/31)),
-// less those held by a claim still in force, one step per such claim. The
-// oldest due time walks each index from its start and stops once no later
-// entry can be older: at the latest just past the first unclaimed entry,
-// so one step per claimed entry ahead of it. Errors: ErrInvalid, ctx.Err().
+// O(1) to read. The queue has no index by provider: every Pending entry
+// and every scheduled entry due at now is looked at, O(log n + k) for k
+// such entries. Stats are read every few seconds, not on the claims'
+// path. Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
 	if err := begin(ctx, ledger.ValidateOutboxStats(now)); err != nil {
 		return ledger.OutboxStats{}, err
@@ -269,42 +300,20 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	for code, n := range o.counts[1:] {
 		st.ByStatus[ledger.OutboxStatus(outboxStatuses[code+1])] = n
 	}
-	pending := int64(o.pending.Len())
-	retry := int64(o.scheduled.countWhile(func(k timeKey) bool { return k.at <= end }))
-	// Claims still in force hold back entries that would be due otherwise.
-	c := o.claimed.seek(timeKey{at: end + 1})
-	for k, ok := c.next(); ok; k, ok = c.next() {
-		switch p := o.entries[ledger.OutboxEntryID(k.id)]; {
-		case p.Status == ledger.OutboxStatusPending:
-			pending--
-		case p.RetryReady(now):
-			retry--
+	// Both indexes hold claimed entries too: DueAt leaves out those whose
+	// claim is in force.
+	count := func(p *entry) {
+		if due, ok := p.DueAt(now); ok {
+			st.AddQueue(p.Envelope.Provider, 1, due)
 		}
-	}
-	st.Depth = pending + retry
-	// An entry is due no earlier than its key's time (CreatedAt, or
-	// NextAttemptAt), so each walk stops at the first key not older than
-	// the best due time found.
-	oldest := func(at int64, p *entry) bool {
-		if !st.OldestDueAt.IsZero() && at >= st.OldestDueAt.UnixMicro() {
-			return false
-		}
-		if due, ok := p.DueAt(now); ok && (st.OldestDueAt.IsZero() || due.Before(st.OldestDueAt)) {
-			st.OldestDueAt = due
-		}
-		return true
 	}
 	pc := o.pending.first()
 	for k, ok := pc.next(); ok; k, ok = pc.next() {
-		if !oldest(k.at, o.entries[ledger.OutboxEntryID(k.id)]) {
-			break
-		}
+		count(o.entries[ledger.OutboxEntryID(k.id)])
 	}
 	sc := o.scheduled.first()
 	for k, ok := sc.next(); ok && k.at <= end; k, ok = sc.next() {
-		if !oldest(k.at, o.entries[ledger.OutboxEntryID(k.id)]) {
-			break
-		}
+		count(o.entries[ledger.OutboxEntryID(k.id)])
 	}
 	o.mu.Unlock()
 	st.Finish(now)

@@ -17,8 +17,9 @@
 //	d, err := dispatch.NewDispatcher(outbox, inst.Emitter(emitter), dispatch.WithObserver(inst))
 //	env.Metadata = ledgerotel.Inject(ctx, env.Metadata)
 //
-// ObserveStats and ObserveOutboxStats add the gauges of queue depth, lag
-// and records by state, read at collection time.
+// ObserveStats and ObserveOutboxStats add the gauges of queue depth and
+// lag by target or provider, and of records by state or status, read at
+// collection time with one stats call per store.
 //
 // # Metrics
 //
@@ -33,11 +34,11 @@
 //	leaseledger.delivery.events              counter          {event}     event, outcome, target
 //	leaseledger.delivery.handle.duration     histogram        s           event, outcome, target
 //	leaseledger.delivery.completion.latency  histogram        s           event, outcome, target
-//	leaseledger.delivery.depth               gauge            {delivery}  target (with ObserveStats targets)
-//	leaseledger.delivery.lag                 gauge            s           target (with ObserveStats targets)
-//	leaseledger.delivery.records             updowncounter    {delivery}  state, target (with targets)
-//	leaseledger.outbox.depth                 gauge            {entry}     -
-//	leaseledger.outbox.lag                   gauge            s           -
+//	leaseledger.delivery.depth               gauge            {delivery}  target
+//	leaseledger.delivery.lag                 gauge            s           target
+//	leaseledger.delivery.records             updowncounter    {delivery}  state
+//	leaseledger.outbox.depth                 gauge            {entry}     provider
+//	leaseledger.outbox.lag                   gauge            s           provider
 //	leaseledger.outbox.entries               updowncounter    {entry}     status
 //
 // The attributes: event is dispatch.Event.Kind (leaseledger.event),

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/dispatch"
@@ -114,8 +115,11 @@ func ExampleInstrumentation_ObserveStats() {
 	}
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == ledgerotel.DeliveryDepth {
-			fmt.Println(m.Name, g.DataPoints[0].Value, m.Unit)
+			for _, p := range g.DataPoints {
+				target, _ := p.Attributes.Value(semconv.MessagingDestinationNameKey)
+				fmt.Println(m.Name, target.AsString(), p.Value, m.Unit)
+			}
 		}
 	}
-	// Output: leaseledger.delivery.depth 2 {delivery}
+	// Output: leaseledger.delivery.depth host-1 2 {delivery}
 }

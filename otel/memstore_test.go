@@ -2,6 +2,7 @@ package ledgerotel_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,15 +39,29 @@ func TestScenarioOnMemstore(t *testing.T) {
 				(st + "processed"): 2, (st + "failed"): 0, (st + "expired"): 0,
 			}, sums(t, ms[ledgerotel.DeliveryRecords]))
 			assert.Equal(t, "{delivery}", ms[ledgerotel.DeliveryRecords].Unit)
-			assert.Equal(t, map[string]int64{"": 0}, gauges[int64](t, ms[ledgerotel.DeliveryDepth]), "the retried delivery waits for its backoff")
-			assert.Equal(t, map[string]float64{"": 0}, gauges[float64](t, ms[ledgerotel.DeliveryLag]))
-			assert.Equal(t, "s", ms[ledgerotel.DeliveryLag].Unit)
+			for _, name := range []string{ledgerotel.DeliveryDepth, ledgerotel.DeliveryLag, ledgerotel.OutboxDepth, ledgerotel.OutboxLag} {
+				_, has := ms[name]
+				assert.False(t, has, "%s: the retried items wait for their backoff, and nothing was due at any collection", name)
+			}
 			ss := `leaseledger.outbox.status=`
 			assert.Equal(t, map[string]int64{
 				(ss + "pending"): 0, (ss + "retry_scheduled"): 1, (ss + "deferred"): 0,
 				(ss + "delivered"): 2, (ss + "failed"): 0, (ss + "dead_lettered"): 1,
 			}, sums(t, ms[ledgerotel.OutboxEntries]))
+
+			// Once the backoffs have passed, the retried delivery is
+			// queued on its target and the retried entry on its provider.
+			clk.Advance(2 * time.Hour)
+			ms = h.collect(t)
+			assert.Equal(t, map[string]int64{dest + "host-2": 1}, gauges[int64](t, ms[ledgerotel.DeliveryDepth]))
+			assert.Equal(t, "{delivery}", ms[ledgerotel.DeliveryDepth].Unit)
+			lag := gauges[float64](t, ms[ledgerotel.DeliveryLag])[dest+"host-2"]
+			assert.True(t, lag > 0 && lag < 7200, "waited less than the two hours, but waited: %v", lag)
+			assert.Equal(t, "s", ms[ledgerotel.DeliveryLag].Unit)
+			assert.Equal(t, map[string]int64{dest + "sms": 1}, gauges[int64](t, ms[ledgerotel.OutboxDepth]))
 			assert.Equal(t, "{entry}", ms[ledgerotel.OutboxDepth].Unit)
+			lag = gauges[float64](t, ms[ledgerotel.OutboxLag])[dest+"sms"]
+			assert.True(t, lag > 0 && lag < 7200, "waited less than the two hours, but waited: %v", lag)
 		})
 	}
 }

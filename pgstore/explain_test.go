@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,11 +148,85 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		})
 	}
 
+	// The stats statements count the queue by target or provider too:
+	// every index they read is a partial index of open rows, never the
+	// primary key or the index of ended rows, and the queue is read
+	// through the offer candidates' or the claims' own indexes.
+	t.Run("StatsReadOnlyOpenRowIndexes", func(t *testing.T) {
+		// The control: a count over the oldest ended rows, read through
+		// their index, is caught.
+		ended := "SELECT count(*) FROM " + pgx.Identifier{schema, "deliveries"}.Sanitize() + " WHERE ended_at <= $1"
+		plan := explainCustom(ctx, t, pool, ended, []any{explainT0.Add(-99_000 * time.Second)})
+		require.Contains(t, statsIndexProblem(plan, "deliveries"), "deliveries_ended_idx", "plan: %s", plan.tree())
+		for _, c := range cases {
+			if !strings.HasPrefix(c.name, "Stats") && c.name != "OutboxStats" {
+				continue
+			}
+			for mode, plan := range map[string]planNode{
+				"Custom":  explainCustom(ctx, t, pool, c.sql, c.args),
+				"Generic": explainGeneric(ctx, t, pool, c.sql),
+			} {
+				checkStatsIndexes(t, c.name+"/"+mode, plan, c.table)
+			}
+		}
+	})
+
 	// The incarnation rule's lookup reads none of the leases of the
 	// calling incarnation (see TestExplainReclaimWithManyLeasesHeld).
 	t.Run("LeaseReclaimReadsOnlyWhatItTakesBack", func(t *testing.T) {
 		checkReclaimReads(ctx, t, pool, q.reclaimable, explainOwner, explainHeldLeases)
 	})
+}
+
+// openRowIndexes are the partial indexes of open rows of each table,
+// which stats may read; queueIndexes those of them the queue by target
+// or provider must be read through (one of them at least for
+// deliveries, each of them for the outbox, whose queue has three parts).
+var (
+	openRowIndexes = map[string][]string{
+		"deliveries": {"deliveries_offerable_idx", "deliveries_offerable_target_idx", "deliveries_ceremony_open_idx",
+			"deliveries_leased_idx", "deliveries_ack_deadline_idx"},
+		"outbox_entries": {"outbox_entries_unclaimed_idx", "outbox_entries_unclaimed_due_idx", "outbox_entries_claimed_idx"},
+	}
+	queueIndexes = map[string][]string{
+		"deliveries":     {"deliveries_offerable_idx", "deliveries_offerable_target_idx", "deliveries_ceremony_open_idx"},
+		"outbox_entries": {"outbox_entries_unclaimed_idx", "outbox_entries_unclaimed_due_idx", "outbox_entries_claimed_idx"},
+	}
+)
+
+// statsIndexProblem says what is wrong with a stats plan that reads an
+// index of table that is not a partial index of open rows, or does not
+// read the queue's indexes; "" when nothing is.
+func statsIndexProblem(plan planNode, table string) string {
+	used := map[string]bool{}
+	plan.walk(func(n planNode) {
+		if strings.HasPrefix(n.IndexName, table+"_") {
+			used[n.IndexName] = true
+		}
+	})
+	for idx := range used {
+		if !slices.Contains(openRowIndexes[table], idx) {
+			return "reads " + idx + ", not a partial index of open rows"
+		}
+	}
+	queue := 0
+	for _, idx := range queueIndexes[table] {
+		if used[idx] {
+			queue++
+		}
+	}
+	switch {
+	case table == "deliveries" && queue == 0:
+		return "reads no index of offer candidates"
+	case table == "outbox_entries" && queue < len(queueIndexes[table]):
+		return "does not read every index of the queue"
+	}
+	return ""
+}
+
+func checkStatsIndexes(t *testing.T, name string, plan planNode, table string) {
+	t.Helper()
+	require.Empty(t, statsIndexProblem(plan, table), "%s; plan: %s", name, plan.tree())
 }
 
 // planNode is one node of an EXPLAIN (FORMAT JSON) plan tree.

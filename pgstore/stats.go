@@ -151,9 +151,10 @@ func (c outboxCounts) queue(b *pgx.Batch, q *queries, dropZeros bool) {
 // Stats counts the deliveries that match filter, as seen at now (see
 // ledger.StatsReporter), in one statement and so from one snapshot. Its
 // cost does not grow with the terminal deliveries: the open ones are
-// counted through the partial indexes on open rows (Depth and
-// OldestAvailableAt through the lease statement's own index, with its
-// predicate, ledger.Delivery.Offerable), the terminal ones read from
+// counted through the partial indexes on open rows (the queue, Depth and
+// OldestAvailableAt overall and by target, through the lease statement's
+// own index, with its predicate, ledger.Delivery.Offerable, grouped by
+// target), the terminal ones read from
 // delivery_counts. Without a filter, or with a ceremony only, it sums
 // every count row of the deliveries' (target, ceremony) pairs, of which
 // there are at most 16 per pair, state and cause. Errors: ErrInvalid,
@@ -177,13 +178,16 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 	}
 	var st ledger.DeliveryStats
 	err = s.read(ctx, "stats", func(db dbtx) error {
-		var offeredOrLeased, leased, acknowledged, depth int64
-		var oldest *time.Time
-		var states, causes []string
-		var totals []int64
+		var offeredOrLeased, leased, acknowledged int64
+		var states, causes, targets []string
+		var totals, depths []int64
+		var oldests []time.Time
 		if err := db.QueryRow(ctx, s.q.stats[b2i(byTarget)][b2i(byCeremony)], args...).Scan(
-			&offeredOrLeased, &leased, &acknowledged, &depth, &oldest, &states, &causes, &totals); err != nil {
+			&offeredOrLeased, &leased, &acknowledged, &targets, &depths, &oldests, &states, &causes, &totals); err != nil {
 			return err
+		}
+		if len(depths) != len(targets) || len(oldests) != len(targets) {
+			return fmt.Errorf("queue of %d targets with %d depths and %d oldest times", len(targets), len(depths), len(oldests))
 		}
 		st = ledger.NewDeliveryStats()
 		st.ByState[ledger.DeliveryStateOffered] = offeredOrLeased - leased
@@ -195,8 +199,9 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 				st.ByCause[ledger.CauseKind(causes[i])] += totals[i]
 			}
 		}
-		st.Depth = depth
-		st.OldestAvailableAt = fromOptTime(oldest)
+		for i, target := range targets {
+			st.AddQueue(ledger.Target(target), depths[i], oldests[i].UTC())
+		}
 		st.Finish(now)
 		return nil
 	})
@@ -208,8 +213,9 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 
 // OutboxStats counts the outbox entries as seen at now (see
 // ledger.OutboxStatsReporter), in one statement, as Store.Stats does:
-// open entries through the partial indexes the claims read, terminal ones
-// from outbox_counts (at most 16 rows per status). Errors as Store.Stats.
+// open entries, and the queue overall and by provider, through the
+// partial indexes the claims read, terminal ones from outbox_counts (at
+// most 16 rows per status). Errors as Store.Stats.
 func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
 	s := o.s
 	if err := s.check(ctx, ledger.ValidateOutboxStats(now)); err != nil {
@@ -222,13 +228,16 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	now = ledger.Normalize(now)
 	var st ledger.OutboxStats
 	err = s.read(ctx, "outbox stats", func(db dbtx) error {
-		var pending, scheduled, deferred, duePending, dueRetry int64
-		var oldestPending, oldestRetry *time.Time
-		var statuses []string
-		var totals []int64
+		var pending, scheduled, deferred int64
+		var statuses, providers []string
+		var totals, depths []int64
+		var oldests []time.Time
 		if err := db.QueryRow(ctx, s.q.outboxStats, now).Scan(&pending, &scheduled, &deferred,
-			&duePending, &oldestPending, &dueRetry, &oldestRetry, &statuses, &totals); err != nil {
+			&providers, &depths, &oldests, &statuses, &totals); err != nil {
 			return err
+		}
+		if len(depths) != len(providers) || len(oldests) != len(providers) {
+			return fmt.Errorf("queue of %d providers with %d depths and %d oldest times", len(providers), len(depths), len(oldests))
 		}
 		st = ledger.NewOutboxStats()
 		st.ByStatus[ledger.OutboxStatusPending] = pending
@@ -237,11 +246,8 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 		for i, status := range statuses {
 			st.ByStatus[ledger.OutboxStatus(status)] += totals[i]
 		}
-		st.Depth = duePending + dueRetry
-		for _, t := range []*time.Time{oldestPending, oldestRetry} {
-			if at := fromOptTime(t); !at.IsZero() && (st.OldestDueAt.IsZero() || at.Before(st.OldestDueAt)) {
-				st.OldestDueAt = at
-			}
+		for i, provider := range providers {
+			st.AddQueue(provider, depths[i], oldests[i].UTC())
 		}
 		st.Finish(now)
 		return nil
@@ -258,14 +264,19 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 // counted as Offered or Leased minus Leased, so that each count matches
 // one partial index's predicate and needs no other column (index-only
 // where the visibility map allows); Acknowledged reads the
-// acknowledgement-deadline index. The open counts, the depth and the
-// terminal counts come from one snapshot.
+// acknowledgement-deadline index. The queue (the depth and oldest
+// AvailableAt) is counted by target, through the same partial index of
+// offer candidates, in arrays of one element per target with something
+// offerable. The open counts, the queue and the terminal counts come from
+// one snapshot.
 const deliveryStatsTemplate = `SELECT
 	(SELECT count(*) FROM %[1]s WHERE state IN ('offered', 'leased')%[3]s),
 	(SELECT count(*) FROM %[1]s WHERE state = 'leased'%[3]s),
 	(SELECT count(*) FROM %[1]s WHERE state = 'acknowledged'%[3]s),
-	depth.n, depth.oldest, ended.states, ended.causes, ended.totals
-FROM (SELECT count(*), min(available_at) FROM %[1]s WHERE %[4]s%[3]s) AS depth(n, oldest),
+	queue.targets, queue.depths, queue.oldests, ended.states, ended.causes, ended.totals
+FROM (SELECT coalesce(array_agg(target), '{}'), coalesce(array_agg(n), '{}'), coalesce(array_agg(oldest), '{}') FROM (
+		SELECT target, count(*), min(available_at) FROM %[1]s WHERE %[4]s%[3]s
+		GROUP BY target) AS g(target, n, oldest)) AS queue(targets, depths, oldests),
 	(SELECT array_agg(state), array_agg(cause_kind), array_agg(total) FROM (
 		SELECT state, cause_kind, sum(n)::bigint AS total FROM %[2]s WHERE TRUE%[3]s
 		GROUP BY state, cause_kind) AS g) AS ended(states, causes, totals)`
@@ -275,10 +286,13 @@ FROM (SELECT count(*), min(available_at) FROM %[1]s WHERE %[4]s%[3]s) AS depth(n
 // partial indexes the claims read (migrations/0008): the unclaimed ones
 // by status, and the claimed ones, few since a claim is work in hand,
 // through the index of claims by expiry. RetryScheduled is counted as
-// scheduled minus Deferred, for the same reason as Offered above. An
-// entry's due time is ledger.OutboxEntry.DueAt: its creation (pending)
-// or next attempt (scheduled), or the expiry of a claim on it that ran
-// out, if later.
+// scheduled minus Deferred, for the same reason as Offered above. The
+// queue is counted by provider, in arrays of one element per provider
+// with something due, from the same three indexes: the unclaimed pending
+// entries, the unclaimed scheduled ones due at now, and the claimed ones
+// whose claim ran out. An entry's due time is ledger.OutboxEntry.DueAt:
+// its creation (pending) or next attempt (scheduled), or the expiry of a
+// claim on it that ran out, if later.
 const outboxStatsTemplate = `SELECT
 	(SELECT count(*) FROM %[1]s WHERE status = 'pending' AND claim_token IS NULL)
 		+ claimed.pending,
@@ -286,21 +300,29 @@ const outboxStatsTemplate = `SELECT
 		+ claimed.scheduled,
 	(SELECT count(*) FROM %[1]s WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL AND status = 'deferred')
 		+ claimed.deferred,
-	pending.n + claimed.due_pending, least(pending.oldest, claimed.oldest_pending),
-	retry.n + claimed.due_retry, least(retry.oldest, claimed.oldest_retry),
+	queue.providers, queue.depths, queue.oldests,
 	ended.statuses, ended.totals
-FROM (SELECT count(*), min(created_at) FROM %[1]s
-		WHERE status = 'pending' AND claim_token IS NULL) AS pending(n, oldest),
-	(SELECT count(*), min(next_attempt_at) FROM %[1]s
-		WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL AND next_attempt_at <= $1) AS retry(n, oldest),
-	(SELECT count(*) FILTER (WHERE status = 'pending'),
+FROM (SELECT count(*) FILTER (WHERE status = 'pending'),
 		count(*) FILTER (WHERE status IN ('retry_scheduled', 'deferred')),
-		count(*) FILTER (WHERE status = 'deferred'),
-		count(*) FILTER (WHERE status = 'pending' AND claim_expires_at <= $1),
-		min(greatest(created_at, claim_expires_at)) FILTER (WHERE status = 'pending' AND claim_expires_at <= $1),
-		count(*) FILTER (WHERE status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1 AND claim_expires_at <= $1),
-		min(greatest(next_attempt_at, claim_expires_at)) FILTER (WHERE status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1 AND claim_expires_at <= $1)
-	FROM %[1]s WHERE claim_token IS NOT NULL) AS claimed(pending, scheduled, deferred, due_pending, oldest_pending, due_retry, oldest_retry),
+		count(*) FILTER (WHERE status = 'deferred')
+	FROM %[1]s WHERE claim_token IS NOT NULL) AS claimed(pending, scheduled, deferred),
+	(SELECT coalesce(array_agg(provider), '{}'), coalesce(array_agg(n), '{}'), coalesce(array_agg(oldest), '{}') FROM (
+		SELECT provider, sum(n)::bigint, min(oldest) FROM (
+			SELECT provider, count(*), min(created_at) FROM %[1]s
+				WHERE status = 'pending' AND claim_token IS NULL
+				GROUP BY provider
+			UNION ALL
+			SELECT provider, count(*), min(next_attempt_at) FROM %[1]s
+				WHERE status IN ('retry_scheduled', 'deferred') AND claim_token IS NULL AND next_attempt_at <= $1
+				GROUP BY provider
+			UNION ALL
+			SELECT provider, count(*),
+				min(greatest(CASE WHEN status = 'pending' THEN created_at ELSE next_attempt_at END, claim_expires_at))
+			FROM %[1]s
+				WHERE claim_token IS NOT NULL AND claim_expires_at <= $1
+					AND (status = 'pending' OR (status IN ('retry_scheduled', 'deferred') AND next_attempt_at <= $1))
+				GROUP BY provider) AS due(provider, n, oldest)
+		GROUP BY provider) AS g(provider, n, oldest)) AS queue(providers, depths, oldests),
 	(SELECT array_agg(status), array_agg(total) FROM (
 		SELECT status, sum(n)::bigint AS total FROM %[2]s GROUP BY status) AS g) AS ended(statuses, totals)`
 

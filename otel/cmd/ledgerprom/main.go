@@ -71,10 +71,12 @@ func run(ctx context.Context, ln net.Listener, every time.Duration, logTo io.Wri
 
 	store := memstore.New()
 	outbox := store.Outbox()
-	if _, err := inst.ObserveStats(store); err != nil {
+	// The targets and providers the producer uses: each has its depth and
+	// lag series from the first collection on.
+	if _, err := inst.ObserveStats(store, "host-0", "host-1", "host-2"); err != nil {
 		return err
 	}
-	if _, err := inst.ObserveOutboxStats(outbox); err != nil {
+	if _, err := inst.ObserveOutboxStats(outbox, "mail", "sms"); err != nil {
 		return err
 	}
 	// The loops log errors only: the failures they retry are in the metrics.
