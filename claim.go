@@ -138,8 +138,9 @@ type DueClaimer interface {
 // ClaimCompleter is implemented by claim stores that can apply many claim
 // completions in one call, so that they share the cost of a commit
 // without a caller per completion. Detect it with a type assertion; the
-// dispatch package's Dispatcher uses it, when its store has it, to
-// complete what a poll cycle emitted.
+// dispatch package's Dispatcher uses it, when its store has it and it is
+// given dispatch.WithBatchCompletion, to complete what a poll cycle
+// emitted.
 //
 // CompleteClaims applies each completion of cs as the ClaimStore call its
 // Op names would (see ClaimCompletion) and answers each, in order, with

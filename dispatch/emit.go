@@ -38,8 +38,9 @@ func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger
 }
 
 // complete maps the emission's answer to a completion under the claim
-// and applies it: with the cycle's other completions when the store
-// completes claims in batches, on its own otherwise.
+// and applies it: with the cycle's other completions when the cycle
+// completes in batches (WithBatchCompletion on a ledger.ClaimCompleter),
+// on its own otherwise.
 func (d *Dispatcher) complete(ctx context.Context, ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration, c *cycle) {
 	done := d.completion(ce, res, emitErr, dur)
 	if c.batch != nil {
