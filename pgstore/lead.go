@@ -81,6 +81,31 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 	}
 	q := newLeadSQL(s.cfg.schema)
 	token := ledger.NewToken()
+	// A lead held at now answers WrongOwner whatever happens after, so a
+	// take first reads the row without a lock: of a fleet's sweepers,
+	// all but the leader find it held at every sweep, and they neither
+	// lock the row nor wait for each other's transactions. Only a take
+	// that may apply locks it, and the locked read decides.
+	var held ledger.LeadResult
+	err = s.read(ctx, "take lead", func(db dbtx) error {
+		cur, err := scanLead(db.QueryRow(ctx, q.get, name))
+		if noRows(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, out := cur.Take(holder, token, now, ttl); out != ledger.OutcomeApplied {
+			held = ledger.LeadResult{Outcome: out, Lead: cur.Public()}
+		}
+		return nil
+	})
+	if err != nil {
+		return ledger.LeadResult{}, err
+	}
+	if held.Outcome != "" {
+		return held, nil
+	}
 	var res ledger.LeadResult
 	err = s.inTx(ctx, "take lead", func(tx pgx.Tx) (bool, error) {
 		res = ledger.LeadResult{}
