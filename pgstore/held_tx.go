@@ -270,24 +270,35 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		return out
 	}
 	written, err := runHeldWrite(ctx, s, w)
+	settleHeld(out, picked, ids, written, err, k.cache.drop, func(i int) ledger.OutboxResult {
+		after := w.last[ids[i]]
+		s.held.keepEntry(after)
+		return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: after.Clone()}
+	})
+	return out
+}
+
+// settleHeld decides the picked calls of a held write from what
+// runHeldWrite answered (written, err): a call whose row was written gets
+// applied(i); with an error after which nothing was written, or a row
+// that moved on (its held copy stale), the call is left to the ordinary
+// path; with an error whose outcome is unknown, it gets the error. Every
+// call but the written ones drops its record's held copy.
+func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, written map[string]bool, err error, drop func(string), applied func(i int) Res) {
 	for _, i := range picked {
 		id := ids[i]
 		switch {
 		case err != nil && written == nil:
-			// Nothing was written: the ordinary path decides the call.
-			k.cache.drop(id)
+			drop(id)
 		case err != nil:
-			out[i] = heldOutcome[ledger.OutboxResult]{decided: true, err: err}
-			k.cache.drop(id)
+			out[i] = heldOutcome[Res]{decided: true, err: err}
+			drop(id)
 		case written[id]:
-			after := w.last[id]
-			out[i] = heldOutcome[ledger.OutboxResult]{decided: true, res: ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: after.Clone()}}
-			s.held.keepEntry(after)
+			out[i] = heldOutcome[Res]{decided: true, res: applied(i)}
 		default:
-			k.cache.drop(id) // the row moved on: the held copy is stale
+			drop(id)
 		}
 	}
-	return out
 }
 
 // runHeldDeliveries decides the single-delivery transitions cs on held deliveries and
@@ -357,26 +368,14 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		return out
 	}
 	written, err := runHeldWrite(ctx, s, w)
-	for _, i := range picked {
-		id := ids[i]
-		switch {
-		case err != nil && written == nil:
-			// Nothing was written: the ordinary path decides the call.
-			k.cache.drop(id)
-		case err != nil:
-			out[i] = heldOutcome[ledger.DeliveryResult]{decided: true, err: err}
-			k.cache.drop(id)
-		case written[id]:
-			after := w.last[id]
-			out[i] = heldOutcome[ledger.DeliveryResult]{decided: true, res: ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: after.Clone()}}
-			if first, ok := firsts[i]; ok {
-				*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: first.Clone()}
-			}
-			s.held.keepDelivery(after)
-		default:
-			k.cache.drop(id) // the row moved on: the held copy is stale
+	settleHeld(out, picked, ids, written, err, k.cache.drop, func(i int) ledger.DeliveryResult {
+		after := w.last[ids[i]]
+		if first, ok := firsts[i]; ok {
+			*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: first.Clone()}
 		}
-	}
+		s.held.keepDelivery(after)
+		return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: after.Clone()}
+	})
 	return out
 }
 
