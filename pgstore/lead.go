@@ -20,7 +20,8 @@ var (
 // of migrations/0009_leads.sql. Each call is one short transaction that
 // locks the lead's row (FOR UPDATE), applies the root package's
 // transition (ledger.Lead.Take, Renew, Release) in Go and writes the row
-// back only when it applied. Nothing is held between calls: a holder
+// back only when it applied; a take first reads the row without a lock
+// and answers at once when the lead is held. Nothing is held between calls: a holder
 // that dies leaves a row whose expiry passes. The statements sit here
 // rather than in query.go, as retention's sit in purge.go, so that leads
 // stay in one file; their text is the same on every call, so pgx's
