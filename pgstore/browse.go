@@ -132,7 +132,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	}
 	sql := s.q.browse.listEntries[b2i(openOnly(q.Statuses, ledger.OutboxStatus.Terminal))]
 	var page ledger.OutboxPage
-	err := s.read(ctx, "list entries", func(db dbtx) error {
+	err := s.readIndexed(ctx, "list entries", func(db dbtx) error {
 		rows, err := db.Query(ctx, sql, string(after), providers, statuses, q.Limit+1)
 		if err != nil {
 			return err

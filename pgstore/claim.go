@@ -95,7 +95,7 @@ func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) (
 
 func (o *Outbox) find(ctx context.Context, op, query string, args ...any) ([]ledger.OutboxEntry, error) {
 	var es []ledger.OutboxEntry
-	err := o.s.read(ctx, op, func(db dbtx) error {
+	err := o.s.readIndexed(ctx, op, func(db dbtx) error {
 		rows, err := db.Query(ctx, query, args...)
 		if err != nil {
 			return err

@@ -135,6 +135,23 @@ func (s *Store) read(ctx context.Context, op string, fn func(db dbtx) error) err
 	return s.retry(ctx, op, func() error { return fn(s.db) })
 }
 
+// readIndexed is read for the statements that read a range of rows in
+// an index's order or count a part of a table (lists, finds, stats,
+// counts): it runs fn after rangePrelude, so that their plans stay on the
+// indexes whatever the planner believes of the tables.
+// On the pool that takes a transaction of its own, rolled back after
+// fn, which writes nothing; in the caller's transaction (WithTx) a
+// savepoint, whose rollback also undoes the settings, so the caller's
+// own statements never run under them.
+func (s *Store) readIndexed(ctx context.Context, op string, fn func(db dbtx) error) error {
+	return s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
+		if _, err := tx.Exec(ctx, rangePrelude); err != nil {
+			return false, err
+		}
+		return false, fn(tx)
+	})
+}
+
 // retry runs attempt until it succeeds, fails with an error that is not
 // safe to retry, the retries are used up or ctx is done, and wraps the
 // final error with op.

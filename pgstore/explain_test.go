@@ -277,7 +277,10 @@ func explainCustom(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql st
 
 // explainGeneric plans sql as a generic plan, which does not depend on
 // the parameter values: the NULLs passed to EXECUTE are never looked at.
-func explainGeneric(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql string) planNode {
+//
+// settings are statements run first in the same transaction, as the
+// store's preludes are (grantPrelude).
+func explainGeneric(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql string, settings ...string) planNode {
 	t.Helper()
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
@@ -292,11 +295,18 @@ func explainGeneric(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql s
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
 	require.NoError(t, err)
+	for _, setting := range settings {
+		_, err = tx.Exec(ctx, setting)
+		require.NoError(t, err)
+	}
 	_, err = tx.Exec(ctx, "PREPARE explain_generic AS "+sql)
 	require.NoError(t, err)
-	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", paramCount(sql)), ", ")
+	execute := "EXECUTE explain_generic"
+	if n := paramCount(sql); n > 0 {
+		execute += "(" + strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") + ")"
+	}
 	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE explain_generic("+nulls+")",
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+execute,
 		pgx.QueryExecModeSimpleProtocol).Scan(&out))
 	return decodePlan(t, out)
 }

@@ -45,11 +45,9 @@ func newBulkTable(table string, cols []column) *bulkTable {
 // statement returns the UPDATE of the columns in mask (bit j: column j):
 // $1 the IDs, $2 the versions read under the rows' locks, then one array
 // per column in mask, in column order. A row whose version moved is not
-// written, which the caller tells by the rows affected. The condition
-// id = ANY($1) beside the join keeps the planner on the primary key
-// whatever it believes of the table's size: joined alone, a table it
-// takes for small (a new one, never analyzed) is read whole and hashed,
-// once per group.
+// written, which the caller tells by the rows affected. The rows are
+// found from the arrays through the primary key (unnestIDs says why),
+// whatever the planner believes of the table's size.
 func (t *bulkTable) statement(mask uint64) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -68,8 +66,8 @@ func (t *bulkTable) statement(mask uint64) string {
 		sets = append(sets, name+" = u."+name)
 	}
 	sql := "UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
-		" FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(aliases, ", ") + ")" +
-		" WHERE t.id = ANY($1::text[]) AND t.id = u.id AND t.version = u.read_version"
+		" FROM " + unnestIDs(params, aliases) +
+		" WHERE t.id = u.id AND t.version = u.read_version"
 	if len(t.byMask) < maxBulkStatements {
 		t.byMask[mask] = sql
 	}

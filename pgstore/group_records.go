@@ -16,7 +16,7 @@ import (
 // recordKind is what a group transaction needs to read and write one
 // kind of record, R: deliveries or outbox entries.
 type recordKind[R any] struct {
-	// lock is the locking read of a group's records by id = ANY($1).
+	// lock is the locking read of a group's records by the IDs $1.
 	lock string
 	// scan reads the current row of rows into a record, keeping its
 	// columns by ID in read for the write-back to compare with.
@@ -28,7 +28,7 @@ type recordKind[R any] struct {
 	clone   func(R) R
 }
 
-// lockOrder makes a locking read by id = ANY lock in ID order, as every
+// lockOrder makes a locking read by IDs lock in ID order, as every
 // sweep does: PostgreSQL sorts before it locks.
 const lockOrder = " ORDER BY id FOR UPDATE"
 

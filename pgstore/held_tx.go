@@ -34,8 +34,8 @@ type heldTail struct {
 // (historyColumns) and the count changes: the ID, one array per key
 // column and the change. It returns the IDs of the rows it wrote.
 //
-// The rows are found through the primary key alone (id = ANY($1), as in
-// bulkTable.statement). The token is compared with IS NOT DISTINCT FROM,
+// The rows are found from the arrays through the primary key, as in
+// bulkTable.statement (unnestIDs). The token is compared with IS NOT DISTINCT FROM,
 // never NULL on either side here, because an equality would let the
 // planner prove the predicate of the partial index of claims (or leases)
 // and read every claim in force to find a group's few.
@@ -69,8 +69,8 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) string {
 	countParams = append(countParams, p(2+len(tail.countTypes), "bigint"))
 	keys := strings.Join(tail.countKeys, ", ")
 	sql := "WITH upd AS (UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
-		" FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(aliases, ", ") + ")" +
-		" WHERE t.id = ANY($1::text[]) AND t.id = u.id AND t.version = u.read_version AND t." + tail.token + " IS NOT DISTINCT FROM u.read_token RETURNING t.id)," +
+		" FROM " + unnestIDs(params, aliases) +
+		" WHERE t.id = u.id AND t.version = u.read_version AND t." + tail.token + " IS NOT DISTINCT FROM u.read_token RETURNING t.id)," +
 		" hist AS (INSERT INTO " + tail.history + " (" + historyColumns + ") SELECT " +
 		fmt.Sprintf(historyValues, "h.id", "h.seq", "h.op", "h.from_state", "h.to_state", "h.outcome", "h.actor", "h.reason", "h.at") +
 		" FROM " + hist + " WHERE h.id IN (SELECT id FROM upd))," +

@@ -38,7 +38,7 @@ func (s *Store) countEnded(ctx context.Context, op, table string, olderThan time
 	}
 	sql := countSQL(s.cfg.schema, table)
 	var n int64
-	err := s.read(ctx, op, func(db dbtx) error {
+	err := s.readIndexed(ctx, op, func(db dbtx) error {
 		return db.QueryRow(ctx, sql, ledger.Normalize(olderThan)).Scan(&n)
 	})
 	return n, err

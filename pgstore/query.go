@@ -55,6 +55,30 @@ const (
 	retryOrder      = `next_attempt_at, id`
 )
 
+// idsIn is the set of IDs $1 as a subquery, for "id IN "+idsIn, and
+// unnestIDs wraps the unnest of $1 and the columns beside it the same
+// way: every statement that finds records by ID reaches them from the
+// IDs, one primary key lookup each, whatever the planner believes of the
+// table. pgx prepares every statement and PostgreSQL may keep a generic
+// plan of it, costed once; a table that has never been analysed (a new
+// deployment, a table just truncated) is costed as ten pages, and
+// "id = ANY($1)", or a join to an unnest of $1 (ten rows to a generic
+// plan), is then cheaper read whole and hashed than looked up, and stays
+// so in the cached plan as the table grows. A LIMIT whose count is not a
+// constant is taken by the planner to keep a tenth of its input: one row
+// of the ten, which a nested loop into the primary key serves best. The
+// count is the array's length, so the LIMIT keeps every ID; with the
+// array bound (a custom plan) the planner sees its true length. Tested by
+// TestExplainGenericPlansOnUnanalysedTables.
+const idsIn = "(SELECT i.id FROM unnest($1::text[]) AS i(id) LIMIT cardinality($1::text[]))"
+
+// unnestIDs returns the unnest of params (whose first is $1, the IDs) as
+// the rows u(aliases), driven as idsIn is.
+func unnestIDs(params, aliases []string) string {
+	return "(SELECT * FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(aliases, ", ") +
+		") LIMIT cardinality($1::text[])) AS u"
+}
+
 // deliveryGrantSet expresses ledger.Delivery.Grant in SQL (the right-hand
 // sides read the row as it was). Parameters: $1 now, $4 agent, $5
 // incarnation, $6 expiry, $7..$9 the failure kind, message and permanence
@@ -324,7 +348,7 @@ func newQueries(schema string) *queries {
 	q := &queries{
 		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
 		lockDelivery:   selectFrom(dcols, deliveries) + " WHERE id = $1 FOR UPDATE",
-		deliveriesByID: selectFrom(dcols, deliveries) + " WHERE id = ANY($1::text[])",
+		deliveriesByID: selectFrom(dcols, deliveries) + " WHERE id IN " + idsIn,
 		updateDelivery: update(deliveries, dwrite),
 		listDeliveries: selectFrom(dcols, deliveries) + ` WHERE id > $1
 			AND (cardinality($2::text[]) = 0 OR target = ANY($2::text[]))
@@ -358,7 +382,7 @@ func newQueries(schema string) *queries {
 
 		getEntry:    selectFrom(ocols, outbox) + " WHERE id = $1",
 		lockEntry:   selectFrom(ocols, outbox) + " WHERE id = $1 FOR UPDATE",
-		entriesByID: selectFrom(ocols, outbox) + " WHERE id = ANY($1::text[])",
+		entriesByID: selectFrom(ocols, outbox) + " WHERE id IN " + idsIn,
 		updateEntry: update(outbox, owrite),
 		// The finds return claimed entries too: the unclaimed ones in
 		// order from the claims' own index, and the claimed ones, work in

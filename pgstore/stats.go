@@ -177,7 +177,7 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 		args = append(args, string(filter.Ceremony))
 	}
 	var st ledger.DeliveryStats
-	err = s.read(ctx, "stats", func(db dbtx) error {
+	err = s.readIndexed(ctx, "stats", func(db dbtx) error {
 		var offeredOrLeased, leased, acknowledged int64
 		var states, causes, targets []string
 		var totals, depths []int64
@@ -227,7 +227,7 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	}
 	now = ledger.Normalize(now)
 	var st ledger.OutboxStats
-	err = s.read(ctx, "outbox stats", func(db dbtx) error {
+	err = s.readIndexed(ctx, "outbox stats", func(db dbtx) error {
 		var pending, scheduled, deferred int64
 		var statuses, providers []string
 		var totals, depths []int64

@@ -251,7 +251,7 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 		states[i] = string(st)
 	}
 	var page ledger.Page
-	err := s.read(ctx, "list", func(db dbtx) error {
+	err := s.readIndexed(ctx, "list", func(db dbtx) error {
 		rows, err := db.Query(ctx, s.q.listDeliveriesSQL(q.States), string(after), targets, optString(string(q.Ceremony)), states, q.Limit+1)
 		if err != nil {
 			return err

@@ -153,6 +153,16 @@ func (s *Store) trip(ctx context.Context, op string, prelude []string, query str
 // the transaction.
 const grantPrelude = "SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true)"
 
+// rangePrelude keeps the statements that read a range of rows on their
+// indexes: the sweeps, purges and redrives by filter, one transaction per
+// batch, and readIndexed's lists, finds, stats and counts. Their generic
+// plans, made while a table is new and never analysed (costed as ten
+// pages) or small, would read the table whole, and keep doing so as it
+// grows until the next ANALYZE. Bitmap scans stay allowed: a sweep's
+// predicate is an OR of two partial indexes, which only a bitmap scan
+// reads together. The setting ends with the transaction.
+const rangePrelude = "SELECT pg_catalog.set_config('enable_seqscan', 'off', true)"
+
 // grantsInFlight is how many lease (or claim) statements one Store runs
 // at once; further callers wait their turn in the process. Concurrent
 // grants pick from the same head of one index and skip each other's
