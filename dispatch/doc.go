@@ -163,10 +163,11 @@
 //
 // Each loop takes only the options that mean something to it, and the
 // compiler checks it: the Sweeper's options and the Worker's own do not
-// compile with NewDispatcher, the poll loops' do not compile with
-// NewSweeper. Every DispatcherOption is also a WorkerOption, so that one
-// list serves both loops; the three that mean nothing to a Worker
-// (WithWorker, WithEmitTimeout, WithPolicy) make NewWorker fail instead.
+// compile with NewDispatcher, the Dispatcher's own (WithWorker,
+// WithEmitTimeout, WithPolicy, WithBatchCompletion) do not compile with
+// NewWorker, and the poll loops' do not compile with NewSweeper. A
+// LoopOption is a setting both poll loops have; a []LoopOption serves
+// both.
 //
 // # Observing
 //

@@ -29,44 +29,49 @@ type AfterFunc func(d time.Duration, f func()) (stop func() bool)
 //
 //   - Option: the options every loop takes, the Sweeper included
 //     (WithClock, WithAfterFunc, WithLogger, WithObserver);
-//   - DispatcherOption: an Option, or one of the poll loops' settings
+//   - LoopOption: an Option, or a setting both poll loops have
 //     (WithLeaseDuration, WithBatchSize, WithConcurrency, WithPollInterval,
-//     WithoutPollJitter, WithWake, WithShutdownTimeout, WithSweeper), or one
-//     of the Dispatcher's own (WithWorker, WithEmitTimeout, WithPolicy,
-//     WithBatchCompletion);
-//   - WorkerOption: every DispatcherOption, and the Worker's own
-//     (WithHandleTimeout, WithFenceSource, WithCeremony, WithObservation,
-//     WithoutSweeper);
+//     WithoutPollJitter, WithWake, WithShutdownTimeout, WithSweeper);
+//   - DispatcherOption: a LoopOption, or the Dispatcher's own (WithWorker,
+//     WithEmitTimeout, WithPolicy, WithBatchCompletion);
+//   - WorkerOption: a LoopOption, or the Worker's own (WithHandleTimeout,
+//     WithFenceSource, WithCeremony, WithObservation, WithoutSweeper);
 //   - SweeperOption: an Option, or the Sweeper's own (WithSweepInterval,
 //     WithRetention, WithPurgeBatchSize, WithHolder, WithoutLeadership).
 //
-// NewDispatcher therefore refuses a Worker's or a Sweeper's option at
-// compile time, and NewSweeper a poll loop's. One check is left to run
-// time: every DispatcherOption is a WorkerOption (so that a list of
-// options can be built once for both loops), and NewWorker fails with
-// ledger.ErrInvalid on the four that mean nothing to a Worker
-// (WithWorker, WithEmitTimeout, WithPolicy, WithBatchCompletion).
+// A list of options for both poll loops is a []LoopOption; each of its
+// elements may be passed to NewDispatcher and to NewWorker.
 
-// DispatcherOption configures a Dispatcher. Every DispatcherOption is also
-// a WorkerOption (see WorkerOption for the four a Worker refuses).
+// DispatcherOption configures a Dispatcher.
 type DispatcherOption interface {
-	WorkerOption
 	applyDispatcher(*config)
+}
+
+// LoopOption configures either poll loop, a Dispatcher or a Worker, the
+// same way.
+type LoopOption interface {
+	DispatcherOption
+	WorkerOption
 }
 
 // Option configures any loop of the package: a Dispatcher, a Worker or a
 // Sweeper.
 type Option interface {
-	DispatcherOption
+	LoopOption
 	SweeperOption
 }
 
-// loopOption is a DispatcherOption: a setting of the config both poll
-// loops share.
+// loopOption is a LoopOption: a setting of the config both poll loops
+// share.
 type loopOption func(*config)
 
 func (o loopOption) applyDispatcher(c *config)   { o(c) }
 func (o loopOption) applyWorker(c *workerConfig) { o(&c.config) }
+
+// dispatcherOption is a setting only a Dispatcher has.
+type dispatcherOption func(*config)
+
+func (o dispatcherOption) applyDispatcher(c *config) { o(c) }
 
 // commonOption is an Option: a setting every loop has.
 type commonOption func(*common)
@@ -147,12 +152,14 @@ func defaultConfig() config {
 
 // WithWorker names the dispatcher in its claims (ledger.Claim.Worker). The
 // default is "dispatch-" and a random token, new for every dispatcher.
-func WithWorker(name string) DispatcherOption { return loopOption(func(c *config) { c.worker = name }) }
+func WithWorker(name string) DispatcherOption {
+	return dispatcherOption(func(c *config) { c.worker = name })
+}
 
 // WithEmitTimeout bounds one emission (DefaultEmitTimeout). It must be
 // shorter than the claim lease, or NewDispatcher fails.
 func WithEmitTimeout(d time.Duration) DispatcherOption {
-	return loopOption(func(c *config) { c.emitTimeout = d })
+	return dispatcherOption(func(c *config) { c.emitTimeout = d })
 }
 
 // WithBatchCompletion makes a Dispatcher complete a cycle's emissions in
@@ -165,23 +172,22 @@ func WithEmitTimeout(d time.Duration) DispatcherOption {
 // every dispatcher of the process, which drains faster with several
 // dispatchers than a commit per batch does (measured: the default moved
 // an eight-dispatcher drain about 1.5 times as fast). Turn it on for one
-// dispatcher per process, or where CPU counts more than throughput. A
-// Worker refuses it.
+// dispatcher per process, or where CPU counts more than throughput.
 func WithBatchCompletion() DispatcherOption {
-	return loopOption(func(c *config) { c.batchCompletion = true })
+	return dispatcherOption(func(c *config) { c.batchCompletion = true })
 }
 
 // WithLeaseDuration sets how long a claim lasts (DefaultLeaseDuration).
-func WithLeaseDuration(d time.Duration) DispatcherOption {
+func WithLeaseDuration(d time.Duration) LoopOption {
 	return loopOption(func(c *config) { c.leaseDuration = d })
 }
 
 // WithBatchSize sets how many entries one poll cycle claims at most, 1 to
 // ledger.MaxLimit (DefaultBatchSize).
-func WithBatchSize(n int) DispatcherOption { return loopOption(func(c *config) { c.batchSize = n }) }
+func WithBatchSize(n int) LoopOption { return loopOption(func(c *config) { c.batchSize = n }) }
 
 // WithConcurrency sets how many emissions run at once (DefaultConcurrency).
-func WithConcurrency(n int) DispatcherOption {
+func WithConcurrency(n int) LoopOption {
 	return loopOption(func(c *config) { c.concurrency = n })
 }
 
@@ -189,12 +195,12 @@ func WithConcurrency(n int) DispatcherOption {
 // nothing to do (DefaultPollInterval). A random jitter of up to a tenth of
 // the interval is added unless WithoutPollJitter is given, so that
 // dispatchers started together do not poll in step.
-func WithPollInterval(d time.Duration) DispatcherOption {
+func WithPollInterval(d time.Duration) LoopOption {
 	return loopOption(func(c *config) { c.pollInterval = d })
 }
 
 // WithoutPollJitter makes Run wait exactly the poll interval.
-func WithoutPollJitter() DispatcherOption {
+func WithoutPollJitter() LoopOption {
 	return loopOption(func(c *config) { c.pollJitter = false })
 }
 
@@ -206,14 +212,14 @@ func WithoutPollJitter() DispatcherOption {
 // channel leaves Run polling on the interval alone. A signal that arrives
 // while a cycle runs is kept by a buffered channel and makes the next wait
 // end at once, so give wake a buffer of one and send without blocking.
-func WithWake(wake <-chan struct{}) DispatcherOption {
+func WithWake(wake <-chan struct{}) LoopOption {
 	return loopOption(func(c *config) { c.wake = wake })
 }
 
 // WithShutdownTimeout sets how long in-flight emissions may run on after
 // Run's (or RunOnce's) context is cancelled before their contexts are
 // cancelled too (DefaultShutdownTimeout). Zero cancels them at once.
-func WithShutdownTimeout(d time.Duration) DispatcherOption {
+func WithShutdownTimeout(d time.Duration) LoopOption {
 	return loopOption(func(c *config) { c.shutdownTimeout = d })
 }
 
@@ -222,7 +228,7 @@ func WithShutdownTimeout(d time.Duration) DispatcherOption {
 // BackoffMax (see ledger.Policy.Backoff). Zero fields keep
 // ledger.DefaultPolicy()'s values; AckWindow is not used.
 func WithPolicy(p ledger.Policy) DispatcherOption {
-	return loopOption(func(c *config) { c.policy = p })
+	return dispatcherOption(func(c *config) { c.policy = p })
 }
 
 // WithClock sets the clock for claims, leases, renewals, retry times and
@@ -249,7 +255,7 @@ func WithObserver(o Observer) Option { return commonOption(func(c *common) { c.o
 // A Dispatcher runs one only when given WithSweeper, and its outbox has
 // nothing to expire, so it needs WithRetention (NewDispatcher fails
 // otherwise). RunOnce never sweeps.
-func WithSweeper(opts ...SweeperOption) DispatcherOption {
+func WithSweeper(opts ...SweeperOption) LoopOption {
 	return loopOption(func(c *config) {
 		c.sweep = true
 		c.sweeper = append([]SweeperOption(nil), opts...)

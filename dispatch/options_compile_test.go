@@ -72,24 +72,32 @@ func use() {
 		{"LoopsTakeASweeper", `dispatch.NewWorker(store, "a", nil, handler,
 			dispatch.WithSweeper(dispatch.WithRetention(time.Hour), dispatch.WithLogger(nil)), dispatch.WithoutSweeper())
 		dispatch.NewDispatcher(store.Outbox(), emitter, dispatch.WithSweeper(dispatch.WithRetention(time.Hour)))`, true},
+		// A Worker refuses the Dispatcher's own options.
+		{"WorkerRefusesWithWorker", `dispatch.NewWorker(store, "a", nil, handler, dispatch.WithWorker("w"))`, false},
+		{"WorkerRefusesWithEmitTimeout", `dispatch.NewWorker(store, "a", nil, handler, dispatch.WithEmitTimeout(time.Second))`, false},
+		{"WorkerRefusesWithPolicy", `dispatch.NewWorker(store, "a", nil, handler, dispatch.WithPolicy(ledger.Policy{}))`, false},
+		{"WorkerRefusesWithBatchCompletion", `dispatch.NewWorker(store, "a", nil, handler, dispatch.WithBatchCompletion())`, false},
+		{"AListForBothLoopsRefusesADispatcherOption", `_ = []dispatch.LoopOption{dispatch.WithWorker("w")}`, false},
 		// One list of options for both loops, as hosts (and benchmark
-		// harnesses) build them: every DispatcherOption is a WorkerOption.
-		{"OneListServesBothLoops", `common := []dispatch.DispatcherOption{
+		// harnesses) build them: every LoopOption is a DispatcherOption
+		// and a WorkerOption.
+		{"OneListServesBothLoops", `common := []dispatch.LoopOption{
 			dispatch.WithBatchSize(1), dispatch.WithConcurrency(1), dispatch.WithPollInterval(time.Second),
 			dispatch.WithLogger(nil), dispatch.WithObserver(nil), dispatch.WithShutdownTimeout(time.Second),
-			dispatch.WithWake(nil), dispatch.WithClock(time.Now),
+			dispatch.WithWake(nil), dispatch.WithClock(time.Now), dispatch.WithLeaseDuration(time.Minute),
+			dispatch.WithoutPollJitter(), dispatch.WithSweeper(dispatch.WithRetention(time.Hour)),
 		}
-		opts := append(append([]dispatch.DispatcherOption{}, common...), dispatch.WithWorker("w"))
+		opts := []dispatch.DispatcherOption{dispatch.WithWorker("w"), dispatch.WithEmitTimeout(time.Second),
+			dispatch.WithPolicy(ledger.Policy{}), dispatch.WithBatchCompletion()}
+		for _, o := range common {
+			opts = append(opts, o)
+		}
 		dispatch.NewDispatcher(store.Outbox(), emitter, opts...)
-		wopts := make([]dispatch.WorkerOption, 0, len(common)+1)
+		wopts := []dispatch.WorkerOption{dispatch.WithObservation("received")}
 		for _, o := range common {
 			wopts = append(wopts, o)
 		}
-		wopts = append(wopts, dispatch.WithObservation("received"))
 		dispatch.NewWorker(store, "a", nil, handler, wopts...)`, true},
-		// What the compiler cannot refuse, for the reason above: a
-		// Dispatcher's own option given to a Worker fails at NewWorker.
-		{"DispatcherOnlyOptionsReachNewWorker", `dispatch.NewWorker(store, "a", nil, handler, dispatch.WithWorker("w"), dispatch.WithEmitTimeout(time.Second))`, true},
 	}
 
 	root, err := filepath.Abs("..")

@@ -139,8 +139,8 @@ func anyTimer(time.Duration) bool { return true }
 func TestRunBacksOffWhileTheStoreIsDown(t *testing.T) {
 	t.Parallel()
 	type loop struct{ run, ready func(context.Context) error }
-	build := map[string]func(clk *testClock, down *switchable, opts []dispatch.DispatcherOption) loop{
-		"worker": func(clk *testClock, down *switchable, opts []dispatch.DispatcherOption) loop {
+	build := map[string]func(clk *testClock, down *switchable, opts []dispatch.LoopOption) loop{
+		"worker": func(clk *testClock, down *switchable, opts []dispatch.LoopOption) loop {
 			wopts := []dispatch.WorkerOption{dispatch.WithoutSweeper()}
 			for _, o := range opts {
 				wopts = append(wopts, o)
@@ -148,11 +148,15 @@ func TestRunBacksOffWhileTheStoreIsDown(t *testing.T) {
 			w := newWorker(t, brokenLedger{Ledger: newLedger(clk), down: down}, "agent", answer(newHandlerCalls(), dispatch.Decision{}, nil), wopts...)
 			return loop{w.Run, w.Ready}
 		},
-		"dispatcher": func(clk *testClock, down *switchable, opts []dispatch.DispatcherOption) loop {
+		"dispatcher": func(clk *testClock, down *switchable, opts []dispatch.LoopOption) loop {
+			dopts := make([]dispatch.DispatcherOption, 0, len(opts))
+			for _, o := range opts {
+				dopts = append(dopts, o)
+			}
 			d, err := dispatch.NewDispatcher(brokenOutbox{ClaimStore: newOutbox(clk), down: down}, dispatch.EmitterFunc(
 				func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
 					return ledger.EmissionResult{}, nil
-				}), opts...)
+				}), dopts...)
 			require.NoError(t, err)
 			return loop{d.Run, d.Ready}
 		},
@@ -165,7 +169,7 @@ func TestRunBacksOffWhileTheStoreIsDown(t *testing.T) {
 			timers := &fakeTimers{}
 			obs := newCounter()
 			logs := &logRecorder{}
-			l := mk(clk, down, []dispatch.DispatcherOption{
+			l := mk(clk, down, []dispatch.LoopOption{
 				dispatch.WithClock(clk.Now), dispatch.WithAfterFunc(timers.AfterFunc), dispatch.WithObserver(obs),
 				dispatch.WithLogger(slog.New(logs)), dispatch.WithPollInterval(time.Second), dispatch.WithoutPollJitter(),
 			})

@@ -22,17 +22,14 @@ const (
 // handler error: it is retried unless wrapped by Permanent.
 type FenceSource func(ctx context.Context, target ledger.Target) (*ledger.Fence, error)
 
-// WorkerOption configures a Worker. Every DispatcherOption is a
-// WorkerOption too, with the same meaning (WithClock, WithAfterFunc,
-// WithLogger, WithObserver, WithLeaseDuration, WithBatchSize,
-// WithConcurrency, WithPollInterval, WithoutPollJitter, WithWake,
-// WithShutdownTimeout, WithSweeper), except three that have no meaning
-// for a Worker and make NewWorker fail: WithWorker (the agent is
-// NewWorker's argument), WithEmitTimeout (use WithHandleTimeout),
-// WithPolicy (a delivery's retry policy is stored on it at Enqueue) and
-// WithBatchCompletion. They
-// cannot be refused at compile time: a DispatcherOption must stay usable
-// as a WorkerOption, so that one list of options serves both loops.
+// WorkerOption configures a Worker: a LoopOption (WithClock,
+// WithAfterFunc, WithLogger, WithObserver, WithLeaseDuration,
+// WithBatchSize, WithConcurrency, WithPollInterval, WithoutPollJitter,
+// WithWake, WithShutdownTimeout, WithSweeper) or one of the Worker's own.
+// The Dispatcher's own options are not WorkerOptions: a Worker is named
+// by its agent, bounds its handler with WithHandleTimeout, finds a
+// delivery's retry policy on the delivery, and completes each delivery
+// with one call.
 type WorkerOption interface {
 	applyWorker(*workerConfig)
 }
@@ -106,16 +103,6 @@ func defaultWorkerConfig() workerConfig {
 // validate reports the first malformed setting as a *ledger.InvalidError.
 // renews says whether the ledger is a ledger.Renewer.
 func (c *workerConfig) validate(renews bool) error {
-	switch {
-	case c.worker != "":
-		return invalid("worker", "not used by a Worker: its agent names it")
-	case c.emitTimeout != 0:
-		return invalid("emit timeout", "not used by a Worker: use WithHandleTimeout")
-	case c.policy != ledger.Policy{}:
-		return invalid("policy", "not used by a Worker: a delivery's policy is set at Enqueue")
-	case c.batchCompletion:
-		return invalid("batch completion", "not used by a Worker: it completes each delivery with one call")
-	}
 	if c.batchSize == 0 {
 		c.batchSize = c.concurrency
 	}

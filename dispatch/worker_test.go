@@ -141,18 +141,6 @@ func TestNewWorkerRejectsBadArguments(t *testing.T) {
 		"NilHandler": func() (*dispatch.Worker, error) { return dispatch.NewWorker(l, "a", nil, nil) },
 		"EmptyAgent": func() (*dispatch.Worker, error) { return dispatch.NewWorker(l, "", nil, h) },
 		"BadTarget":  func() (*dispatch.Worker, error) { return dispatch.NewWorker(l, "a", []ledger.Target{""}, h) },
-		"WithWorker": func() (*dispatch.Worker, error) {
-			return dispatch.NewWorker(l, "a", nil, h, dispatch.WithWorker("w"))
-		},
-		"WithEmitTimeout": func() (*dispatch.Worker, error) {
-			return dispatch.NewWorker(l, "a", nil, h, dispatch.WithEmitTimeout(time.Second))
-		},
-		"WithPolicy": func() (*dispatch.Worker, error) {
-			return dispatch.NewWorker(l, "a", nil, h, dispatch.WithPolicy(workerPolicy))
-		},
-		"WithBatchCompletion": func() (*dispatch.Worker, error) {
-			return dispatch.NewWorker(l, "a", nil, h, dispatch.WithBatchCompletion())
-		},
 		"HandleTimeoutNotUnderLeaseWithoutRenewer": func() (*dispatch.Worker, error) {
 			return dispatch.NewWorker(plainLedger{l}, "a", nil, h, dispatch.WithHandleTimeout(time.Minute), dispatch.WithLeaseDuration(time.Minute))
 		},

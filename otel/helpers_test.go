@@ -219,8 +219,8 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // loopOptions are the options of every test loop: the test's clock, one
 // item at a time (so that each handling takes exactly one step), and inst.
-func loopOptions(clk *testClock, inst dispatch.Observer) []dispatch.DispatcherOption {
-	return []dispatch.DispatcherOption{
+func loopOptions(clk *testClock, inst dispatch.Observer) []dispatch.LoopOption {
+	return []dispatch.LoopOption{
 		dispatch.WithClock(clk.Now), dispatch.WithObserver(inst), dispatch.WithConcurrency(1), dispatch.WithBatchSize(10),
 		dispatch.WithLogger(quiet()),
 	}
@@ -229,8 +229,17 @@ func loopOptions(clk *testClock, inst dispatch.Observer) []dispatch.DispatcherOp
 // dispatcherOptions adds a policy with a long backoff, so that a retried
 // entry is not due again within a test.
 func dispatcherOptions(clk *testClock, inst dispatch.Observer) []dispatch.DispatcherOption {
-	return append(loopOptions(clk, inst),
+	return append(asDispatcherOptions(loopOptions(clk, inst)),
 		dispatch.WithPolicy(ledger.Policy{MaxAttempts: 3, BackoffBase: time.Minute, BackoffMax: time.Hour}))
+}
+
+// asDispatcherOptions returns opts as DispatcherOptions.
+func asDispatcherOptions(opts []dispatch.LoopOption) []dispatch.DispatcherOption {
+	out := make([]dispatch.DispatcherOption, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
 }
 
 func workerOptions(clk *testClock, inst dispatch.Observer) []dispatch.WorkerOption {

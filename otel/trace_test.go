@@ -136,7 +136,7 @@ func TestItemWithoutTraceContextStartsATrace(t *testing.T) {
 	outbox := memstore.NewOutbox(memstore.WithClock(clk.Now))
 	_, err := outbox.Enqueue(t.Context(), ledger.Envelope{Provider: "mail", Kind: "welcome", IdempotencyKey: "ok-1"})
 	require.NoError(t, err)
-	d, err := dispatch.NewDispatcher(outbox, h.inst.Emitter(stepEmitter(clk, emitStep)), loopOptions(clk, h.inst)...)
+	d, err := dispatch.NewDispatcher(outbox, h.inst.Emitter(stepEmitter(clk, emitStep)), asDispatcherOptions(loopOptions(clk, h.inst))...)
 	require.NoError(t, err)
 	_, err = d.RunOnce(context.Background())
 	require.NoError(t, err)
