@@ -128,6 +128,8 @@ func TestExplainGenericPlansOnUnanalysedTables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suites and builds 400,000 rows; skipped under -short")
 	}
+	// Beside the other runs of whole suites: it mostly waits on the server.
+	t.Parallel()
 	log := &statementLog{seen: map[string]string{}, prelude: map[*pgx.Conn]string{}}
 	// Every store of the workload lives in a schema of its own; the
 	// statements name it, and are planned in one fresh schema instead.
