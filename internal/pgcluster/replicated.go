@@ -150,13 +150,14 @@ func (r *Replicated) Promote(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
+	start := time.Now()
 	cmd := exec.CommandContext(ctx, filepath.Join(s.binDir, "pg_ctl"), "promote", "-D", s.dataDir, "-w", "-t", "60")
 	s.prepare(cmd)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl promote: %w\n%s", err, tail(out))
 	}
 	r.primary = 1 - r.primary
-	r.logf("pgcluster: promoted the standby on port %d", s.port)
+	r.logf("pgcluster: promoted the standby on port %d in %v", s.port, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
