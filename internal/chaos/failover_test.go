@@ -69,48 +69,67 @@ func TestChaosFailover(t *testing.T) {
 	}
 	plan := failoverPlanFor()
 	pair := startPair(t)
-	p := params{Items: plan.items, Workers: 2 * plan.loops, Lease: plan.lease, MaxHeld: 4, IdleLimit: 40}
-	p.MaxCalls = 5*p.Items + 1000
-	r := newRun(t, p, newShared())
+	f := newFailoverRun(t, plan)
 	ctx := t.Context()
 	dsn := pair.DSN()
+	f.pair = pair
 
 	admin, err := newPool(ctx, dsn, "failover-admin", false)
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)
-	schema := fmt.Sprintf("failover_%x", r.rng.Uint64())
+	schema := fmt.Sprintf("failover_%x", f.rng.Uint64())
 	migrator, err := pgstore.New(admin, pgstore.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, migrator.Migrate(ctx))
-
-	f := &failoverRun{run: r, plan: plan, dsn: dsn, schema: schema, pair: pair,
-		targets: &targetBook{m: map[string]string{}}, hrng: rand.New(rand.NewPCG(r.rng.Uint64(), 3))}
+	f.open = func(ctx context.Context, proc string) backend {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		require.NoError(t, err)
+		cfg.ConnConfig.RuntimeParams["search_path"] = ""
+		cfg.ConnConfig.RuntimeParams["application_name"] = "failover-" + proc
+		cfg.MaxConns = 4
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		f.pmu.Lock()
+		f.pools = append(f.pools, pool)
+		f.pmu.Unlock()
+		s, err := pgstore.New(pool, pgstore.WithSchema(schema))
+		require.NoError(t, err)
+		return backend{deliveries: s, entries: s.Outbox()}
+	}
 	defer f.closePools()
 	events := f.drive(ctx)
 	require.Len(t, events, plan.kills+btoi(plan.switchover), "the planned role changes did not all happen")
 
 	// The drain and the reads go through a pool opened after the last
 	// role change, so that no connection of theirs died with a primary.
-	clean := r.newWorker("clean", false)
+	clean := f.newWorker("clean", false)
 	after, pool, err := pgBackend(ctx, dsn, schema, "chaos-after", false, clean.stamp, pgSetting{name: "caller_clock"})
 	require.NoError(t, err)
 	f.pools = append(f.pools, pool)
 	clean.main = after
-	r.drain(ctx, clean)
+	f.drain(ctx, clean)
 
-	calls := r.log.history()
-	ids := entryIDs(calls)
+	calls := f.log.history()
 	rows, err := pool.Query(ctx, "SELECT id FROM "+pgx.Identifier{schema}.Sanitize()+".outbox_entries")
 	require.NoError(t, err)
 	more, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	final := readFinal(ctx, t, after, append(ids, more...))
+	final := readFinal(ctx, t, after, append(entryIDs(calls), more...))
 	final.allEntries = true
-	r.verify(calls, final, checkOptions{planned: plan.items})
+	f.verify(calls, final, checkOptions{planned: plan.items})
 	t.Logf("recovery of %s:\n%s", t.Name(), recoveryFigures(calls, events))
 	for _, d := range recoveries(calls, events) {
 		assert.Positive(t, d, "the loops did not complete work again after every role change")
 	}
+}
+
+// newFailoverRun returns the state of a run of plan, without stores.
+func newFailoverRun(t *testing.T, plan failoverPlan) *failoverRun {
+	p := params{Items: plan.items, Workers: 2 * plan.loops, Lease: plan.lease, MaxHeld: 4, IdleLimit: 40}
+	p.MaxCalls = 5*p.Items + 1000
+	r := newRun(t, p, newShared())
+	return &failoverRun{run: r, plan: plan, targets: &targetBook{m: map[string]string{}},
+		hrng: rand.New(rand.NewPCG(r.rng.Uint64(), 3))}
 }
 
 func btoi(b bool) int {
@@ -145,9 +164,11 @@ func startPair(t *testing.T) *pgcluster.Replicated {
 // failoverRun is the state of one failover run besides the run's own.
 type failoverRun struct {
 	*run
-	plan    failoverPlan
-	dsn     string
-	schema  string
+	plan failoverPlan
+	// open returns both stores, on a connection pool of their own where
+	// the store has one, for the loop proc.
+	open func(ctx context.Context, proc string) backend
+	// pair is the primary and standby whose roles change; nil: none.
 	pair    *pgcluster.Replicated
 	targets *targetBook
 	// consumed counts the items processed or delivered, to time the role
@@ -177,23 +198,11 @@ func (f *failoverRun) recorder(proc string) *recorder {
 	}}
 }
 
-// stores opens a pool of the loop proc on the pair's multi-host DSN and
-// returns both stores on it, recorded.
+// stores returns both stores of the loop proc, recorded.
 func (f *failoverRun) stores(ctx context.Context, proc string) (*recordedDeliveries, *recordedEntries) {
-	cfg, err := pgxpool.ParseConfig(f.dsn)
-	require.NoError(f.t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = ""
-	cfg.ConnConfig.RuntimeParams["application_name"] = "failover-" + proc
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(f.t, err)
-	f.pmu.Lock()
-	f.pools = append(f.pools, pool)
-	f.pmu.Unlock()
-	s, err := pgstore.New(pool, pgstore.WithSchema(f.schema))
-	require.NoError(f.t, err)
+	b := f.open(ctx, proc)
 	rc := f.recorder(proc)
-	return &recordedDeliveries{deliveryStore: s, rc: rc}, &recordedEntries{entryStore: s.Outbox(), rc: rc}
+	return &recordedDeliveries{deliveryStore: b.deliveries, rc: rc}, &recordedEntries{entryStore: b.entries, rc: rc}
 }
 
 // drive runs the producer, the loops and the role changes until every
@@ -315,6 +324,9 @@ func (f *failoverRun) retry(ctx context.Context, call func() error) {
 // synchronous standby. A change whose point the loops do not reach before
 // the producer is done happens then, while the loops drain the rest.
 func (f *failoverRun) changeRoles(ctx context.Context, produced <-chan struct{}) []faultEvent {
+	if f.pair == nil {
+		return nil
+	}
 	kinds := slices.Repeat([]faultKind{faultFailover}, f.plan.kills)
 	if f.plan.switchover {
 		kinds = slices.Insert(kinds, f.rng.IntN(len(kinds)+1), faultSwitchover)
@@ -372,12 +384,11 @@ func (f *failoverRun) changeRole(ctx context.Context, k faultKind) (faultEvent, 
 // leave (an acknowledgement whose MarkProcessed was lost, say) the drain
 // ends. The loops run on wall time, so this waits on it.
 func (f *failoverRun) settle(ctx context.Context) {
-	s, err := pgstore.New(f.pools[0], pgstore.WithSchema(f.schema))
-	require.NoError(f.t, err)
+	b := f.open(ctx, "settle")
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		ds, err1 := s.Stats(ctx, ledger.StatsFilter{}, time.Now())
-		es, err2 := s.Outbox().OutboxStats(ctx, time.Now())
+		ds, err1 := b.deliveries.Stats(ctx, ledger.StatsFilter{}, time.Now())
+		es, err2 := b.entries.OutboxStats(ctx, time.Now())
 		if err1 == nil && err2 == nil {
 			open := 0
 			for st, n := range ds.ByState {
