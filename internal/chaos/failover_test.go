@@ -56,7 +56,7 @@ func failoverPlanFor() failoverPlan {
 }
 
 // faultEvent is one role change of the pair, in wall-clock nanoseconds:
-// when the primary went down, when the standby accepted writes, when the
+// when the primary was gone (killed, or shut down), when the standby accepted writes, when the
 // old primary was back as the synchronous standby.
 type faultEvent struct {
 	kind                   faultKind
@@ -359,7 +359,7 @@ func (f *failoverRun) changeRoles(ctx context.Context, produced <-chan struct{})
 }
 
 func (f *failoverRun) changeRole(ctx context.Context, k faultKind) (faultEvent, error) {
-	ev := faultEvent{kind: k, down: time.Now().UnixNano()}
+	ev := faultEvent{kind: k}
 	var err error
 	if k == faultSwitchover {
 		err = f.pair.ShutdownPrimary()
@@ -369,6 +369,9 @@ func (f *failoverRun) changeRole(ctx context.Context, k faultKind) (faultEvent, 
 	if err != nil {
 		return ev, err
 	}
+	// Times count from when the primary is gone: a call that started
+	// before may still have completed on it.
+	ev.down = time.Now().UnixNano()
 	if err := f.pair.Promote(ctx); err != nil {
 		return ev, err
 	}
@@ -501,8 +504,9 @@ func recoveryFigures(calls []call, events []faultEvent) string {
 	s := ""
 	var kills []time.Duration
 	for i, ev := range events {
-		s += fmt.Sprintf("  %d. %-10s standby promoted after %s, old primary back as synchronous standby after %s, both ledgers completing work again after %s\n",
-			i+1, ev.kind, ms(time.Duration(ev.promoted-ev.down)), ms(time.Duration(ev.rejoin-ev.down)), ms(rec[i]))
+		s += fmt.Sprintf("  %d. %-10s standby promoted after %s, both ledgers completing work again after %s (%s after the promotion), old primary back as synchronous standby after %s\n",
+			i+1, ev.kind, ms(time.Duration(ev.promoted-ev.down)), ms(rec[i]), ms(rec[i]-time.Duration(ev.promoted-ev.down)),
+			ms(time.Duration(ev.rejoin-ev.down)))
 		if ev.kind == faultFailover {
 			kills = append(kills, rec[i])
 		}
