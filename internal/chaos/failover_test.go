@@ -52,7 +52,7 @@ func failoverPlanFor() failoverPlan {
 	if *fullRun {
 		return failoverPlan{items: 6000, rate: 200, loops: 4, kills: 3, switchover: true, lease: 2 * time.Second}
 	}
-	return failoverPlan{items: 600, rate: 100, loops: 2, kills: 1, lease: 2 * time.Second}
+	return failoverPlan{items: 600, rate: 100, loops: 2, kills: 1, lease: time.Second}
 }
 
 // faultEvent is one role change of the pair, in wall-clock nanoseconds:
@@ -246,13 +246,15 @@ func (f *failoverRun) drive(ctx context.Context) []faultEvent {
 	}
 
 	var bg sync.WaitGroup
-	produced := make(chan struct{})
-	bg.Go(func() {
-		defer close(produced)
-		f.produce(ctx)
-	})
+	// The producer holds its last items back until every role change is
+	// made, so that there is work to come back to after the last one.
+	held, changed := make(chan struct{}), make(chan struct{})
+	bg.Go(func() { f.produce(ctx, held, changed) })
 	var events []faultEvent
-	bg.Go(func() { events = f.changeRoles(ctx, produced) })
+	bg.Go(func() {
+		defer close(changed)
+		events = f.changeRoles(ctx, held)
+	})
 	bg.Wait()
 	f.settle(ctx)
 	stopLoops()
@@ -267,15 +269,26 @@ func (f *failoverRun) drive(ctx context.Context) []faultEvent {
 
 // produce enqueues every item, each kind at the plan's rate, in batches,
 // trying a batch again while there is no primary, as a producer would (a
-// repeat of one that committed answers Repeated).
-func (f *failoverRun) produce(ctx context.Context) {
+// repeat of one that committed answers Repeated). Before the last tenth
+// of the items (at least two seconds' worth) it closes held and waits
+// until changed is closed.
+func (f *failoverRun) produce(ctx context.Context, held chan<- struct{}, changed <-chan struct{}) {
 	deliveries, entries := f.stores(ctx, "producer")
 	const perSecond = 20
 	batch := max(1, f.plan.rate/perSecond)
 	tick := time.NewTicker(time.Second / perSecond)
 	defer tick.Stop()
 	policy := f.p.policy()
+	holdAt := int64(f.plan.items - min(f.plan.items/2, max(f.plan.items/10, 2*f.plan.rate)))
 	for {
+		if f.sh.load(slotDeliveries) >= holdAt && held != nil {
+			close(held)
+			held = nil
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			}
+		}
 		first := f.sh.take(slotDeliveries, int64(batch))
 		if first >= int64(f.plan.items) {
 			return
@@ -322,8 +335,9 @@ func (f *failoverRun) retry(ctx context.Context, call func() error) {
 // progress (items processed or delivered) in its share of the run, one
 // after the other: the next waits until the old primary is back as the
 // synchronous standby. A change whose point the loops do not reach before
-// the producer is done happens then, while the loops drain the rest.
-func (f *failoverRun) changeRoles(ctx context.Context, produced <-chan struct{}) []faultEvent {
+// the producer holds its last items back happens then, while the loops
+// drain what is open.
+func (f *failoverRun) changeRoles(ctx context.Context, held <-chan struct{}) []faultEvent {
 	if f.pair == nil {
 		return nil
 	}
@@ -341,7 +355,7 @@ func (f *failoverRun) changeRoles(ctx context.Context, produced <-chan struct{})
 			case <-ctx.Done():
 				wait.Stop()
 				return events
-			case <-produced:
+			case <-held:
 				at = 0
 			case <-wait.C:
 			}
