@@ -177,8 +177,17 @@ func TestReplicated(t *testing.T) {
 	exec("CREATE TABLE t (n int)")
 	exec("INSERT INTO t VALUES (1)")
 	first := r.Primary()
+	// A session open at the kill is gone with the server.
+	held, err := pgx.Connect(ctx, first.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
 	if err := r.KillPrimary(); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := held.Exec(ctx, "INSERT INTO t VALUES (0)"); err == nil {
+		t.Fatal("a session of the killed primary still takes writes")
 	}
 	if err := r.Promote(ctx); err != nil {
 		t.Fatal(err)
