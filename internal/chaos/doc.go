@@ -60,13 +60,37 @@
 // (planted_test.go): one that ends an item silently without a version
 // bump, one that holds an entry nobody enqueued.
 //
-// The short form runs by default (go test ./internal/chaos); the full
-// form, 10,000 deliveries and 10,000 entries, runs with make chaos:
+// # The failover test
 //
-//	go test -race -count=1 -timeout 30m -v -run '^TestChaos(Memstore|PG)$' ./internal/chaos -chaos.full
+// TestChaosFailover runs the same checker over a run of the real loops:
+// dispatch.Workers and dispatch.Dispatchers drain both ledgers of a
+// primary with a synchronous standby (pgcluster.StartReplicated) while a
+// producer enqueues at a steady rate, and the primary is killed with
+// SIGKILL and the standby promoted (pg_ctl promote), at random points of
+// progress; once in the full form the roles change by a planned
+// switchover instead. After each change the old primary is rebuilt as the
+// new one's synchronous standby, so that the next can happen. Every
+// client reaches the primary through a multi-host connection string with
+// target_session_attrs=read-write. The loops see the stores through
+// wrappers that log every call in the history format above
+// (record_test.go), and only the base contracts, so that every call they
+// make is one the checker knows. The test prints, per role change, the
+// time from the primary being gone until both ledgers complete work
+// again, and the median and worst over the failovers. The checker is
+// shown to catch untrue answers in this history too
+// (TestFailoverCheckerFailsOnPlantedStores).
+//
+// The short forms run by default (go test ./internal/chaos): the fault
+// test with 500 items, the failover test with 600 items and one failover.
+// The full forms, 10,000 deliveries and 10,000 entries under faults, and
+// 6,000 of each through three failovers and a switchover, run with make
+// chaos:
+//
+//	go test -race -count=1 -timeout 30m -v -run '^TestChaos(Memstore|PG|Failover)$' ./internal/chaos -chaos.full
 //
 // which prints each run's figures: items planned, enqueued and ended per
-// store and kind, faults injected by kind, and lost items, overlapping
-// grants, stale fences applied and duplicates. -chaos.seed picks the
-// random seed, which every run logs.
+// store and kind, faults injected by kind (failovers and switchovers
+// among them), lost items, overlapping grants, stale fences applied,
+// duplicates and untrue answers, and for the failover test the recovery
+// times. -chaos.seed picks the random seed, which every run logs.
 package chaos

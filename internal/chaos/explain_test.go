@@ -182,10 +182,16 @@ func account(r *report, h *history, k kind, planned []string, stored int, presen
 	r.accounts[k] = &a
 }
 
+// untrue counts the violations of inv, those dropped from the report
+// included: for invVisible and invNoWrite, the answers a store gave that
+// its records contradict.
+func (r *report) untrue(inv invariant) int { return len(r.violations[inv]) + r.dropped[inv] }
+
 // figures renders what make chaos prints of a run: per kind, the items
 // planned, enqueued and ended, how; the faults injected by kind; and the
 // counts the invariants keep at zero (lost, overlapping grants, stale
-// fences applied) beside the duplicates delivery at least once allows.
+// fences applied) beside the duplicates delivery at least once allows,
+// and the untrue answers.
 func figures(rep *report, faults *faultCounts) string {
 	var b strings.Builder
 	for _, k := range []kind{kindDelivery, kindEntry} {
@@ -204,5 +210,7 @@ func figures(rep *report, faults *faultCounts) string {
 	fmt.Fprintf(&b, "  %-11s %s\n", "faults:", strings.TrimSpace(faults.String()))
 	fmt.Fprintf(&b, "  lost %d, unexpected %d, overlapping grants %d (of %d successive grants compared), stale fences applied %d, duplicates %d (items granted to more than one holder: delivery is at least once)",
 		rep.lost, rep.unexpected, rep.overlaps, rep.pairs, rep.staleFences, rep.duplicated)
+	fmt.Fprintf(&b, "\n  untrue answers %d: %d answered Applied whose write is missing, %d answered not applied whose write is there",
+		rep.untrue(invVisible)+rep.untrue(invNoWrite), rep.untrue(invVisible), rep.untrue(invNoWrite))
 	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/memstore"
 )
 
 // The checker is itself checked against stores broken on purpose, as
@@ -119,6 +120,86 @@ func TestCheckerFailsOnPlantedStores(t *testing.T) {
 			for _, inv := range []invariant{invTerminal, invUnexpected, invNoWrite, invVisible, invAttempts} {
 				require.Empty(t, rep.violations[inv], rep.failure(inv))
 			}
+		})
+	}
+}
+
+// deliveredWithoutWrite answers the first MarkClaimDelivered Applied, with
+// the entry as it would be, and writes nothing: an Applied answer whose
+// write is missing.
+type deliveredWithoutWrite struct {
+	entryStore
+	once sync.Once
+}
+
+func (o *deliveredWithoutWrite) MarkClaimDelivered(ctx context.Context, cl ledger.Claim, res ledger.EmissionResult) (ledger.OutboxResult, error) {
+	lie := false
+	o.once.Do(func() { lie = true })
+	if !lie {
+		return o.entryStore.MarkClaimDelivered(ctx, cl, res)
+	}
+	e, err := o.entryStore.FindByID(ctx, cl.EntryID)
+	e.Status, e.Result, e.Version = ledger.OutboxStatusDelivered, &res, e.Version+1
+	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}, err
+}
+
+// processedButEnded applies the first MarkProcessed and answers it Ended,
+// as a store that misreads a lost COMMIT would: a not-applied answer
+// whose write is there.
+type processedButEnded struct {
+	deliveryStore
+	once sync.Once
+}
+
+func (s *processedButEnded) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.DeliveryResult, error) {
+	res, err := s.deliveryStore.MarkProcessed(ctx, id, owner, fence, action, now)
+	if err == nil && res.Applied() {
+		s.once.Do(func() { res.Outcome = ledger.OutcomeEnded })
+	}
+	return res, err
+}
+
+// TestFailoverCheckerFailsOnPlantedStores runs the failover test's loops
+// (Workers, Dispatchers, a producer, all recorded) over an in-memory store
+// broken on purpose, without role changes: the checker must name each
+// untrue answer.
+func TestFailoverCheckerFailsOnPlantedStores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the dispatch loops twice")
+	}
+	for _, tc := range []struct {
+		name string
+		wrap func(backend) backend
+		want []invariant
+	}{
+		{"AppliedWithoutWrite", func(b backend) backend {
+			b.entries = &deliveredWithoutWrite{entryStore: b.entries}
+			return b
+		}, []invariant{invVisible}},
+		{"WrittenButAnsweredEnded", func(b backend) backend {
+			b.deliveries = &processedButEnded{deliveryStore: b.deliveries}
+			return b
+		}, []invariant{invExplained, invNoWrite}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A short lease: what a planted fault leaves open lapses soon.
+			f := newFailoverRun(t, failoverPlan{items: 200, rate: 400, loops: 2, lease: 500 * time.Millisecond})
+			store := memstore.New(memstore.WithClock(f.sh.now))
+			b := tc.wrap(backend{deliveries: store, entries: store.Outbox()})
+			f.open = func(context.Context, string) backend { return b }
+			ctx := t.Context()
+			require.Empty(t, f.drive(ctx))
+			clean := f.newWorker("clean", false)
+			clean.main = b
+			f.drain(ctx, clean)
+			calls := f.log.history()
+			rep := check(calls, readFinal(ctx, t, b, entryIDs(calls)), checkOptions{planned: f.p.Items})
+			for _, inv := range tc.want {
+				assert.NotEmpty(t, rep.violations[inv], "the checker must find the planted fault: %q", inv)
+				t.Logf("found: %s", rep.failure(inv))
+			}
+			assert.Positive(t, rep.untrue(invVisible)+rep.untrue(invNoWrite), "the figures count no untrue answer")
+			assert.Zero(t, rep.lost)
 		})
 	}
 }

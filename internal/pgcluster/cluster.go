@@ -70,6 +70,30 @@ var errBind = errors.New("port already in use")
 // caller must call Stop. ctx bounds initialization and startup only; the
 // server keeps running after ctx is done.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	c, err := create(opts)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(c.dir)
+		}
+	}()
+	if err := c.initdb(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.launchOnFreePort(ctx); err != nil {
+		return nil, err
+	}
+	ok = true
+	return c, nil
+}
+
+// create makes the directory of a new cluster, with its socket directory,
+// and returns the cluster, not yet initialized nor running. The caller
+// removes c.dir if it does not go on to start it.
+func create(opts Options) (*Cluster, error) {
 	binDir, err := Find()
 	if err != nil {
 		return nil, err
@@ -97,41 +121,39 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		args:    settingArgs(opts),
 		logf:    logf,
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.RemoveAll(dir)
-		}
-	}()
 	if sock := filepath.Join(dir, "sock"); len(sock)+len("/.s.PGSQL.65535") <= maxSocketPath {
 		if err := os.Mkdir(sock, 0o700); err != nil {
+			os.RemoveAll(dir)
 			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
 		if acct != nil {
 			if err := os.Chown(sock, int(acct.uid), int(acct.gid)); err != nil {
+				os.RemoveAll(dir)
 				return nil, fmt.Errorf("pgcluster: %w", err)
 			}
 		}
 		c.sockDir = sock
 	}
-	if err := c.initdb(ctx); err != nil {
-		return nil, err
-	}
+	return c, nil
+}
+
+// launchOnFreePort starts the server on a free loopback port, trying
+// another one when the port was taken before the server bound it.
+func (c *Cluster) launchOnFreePort(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
+		var err error
 		if c.port, err = freePort(); err != nil {
-			return nil, err
+			return err
 		}
 		err = c.launch(ctx)
 		if err == nil {
-			break
+			return nil
 		}
 		if !errors.Is(err, errBind) || attempt == portAttempts || ctx.Err() != nil {
-			return nil, err
+			return err
 		}
-		logf("pgcluster: port %d was taken before the server bound it; retrying", c.port)
+		c.logf("pgcluster: port %d was taken before the server bound it; retrying", c.port)
 	}
-	ok = true
-	return c, nil
 }
 
 // settingArgs builds the -c arguments: fast-mode defaults, then the caller's
@@ -214,6 +236,34 @@ func (c *Cluster) Crash() error {
 		return errors.New("pgcluster: Crash while the server is not running")
 	}
 	return c.shutdown(syscall.SIGQUIT, 10*time.Second)
+}
+
+// Kill kills the server with SIGKILL, the postmaster and every backend
+// at once (they share its process group), as the loss of the machine it
+// runs on would: no backend finishes what it was doing, no WAL is sent to
+// a standby after the kill. The data directory is kept for Restart.
+func (c *Cluster) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return errors.New("pgcluster: Kill on a stopped cluster")
+	}
+	p := c.proc
+	if p == nil {
+		return errors.New("pgcluster: Kill while the server is not running")
+	}
+	c.proc = nil
+	defer p.log.Close()
+	// The postmaster leads its own process group (Setpgid in launch).
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("pgcluster: kill: %w", err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("pgcluster: postgres (pid %d) survived SIGKILL", p.cmd.Process.Pid)
+	}
 }
 
 // Restart starts the server again on the same port and data directory,

@@ -143,3 +143,82 @@ func TestFind(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicated: a commit the primary acknowledged is on the standby
+// that replaces it, whether the primary was killed or shut down for a
+// switchover, and the multi-host DSN finds whichever is primary.
+func TestReplicated(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := pgcluster.StartReplicated(ctx, pgcluster.Options{Fast: true, Logf: t.Logf})
+	if errors.Is(err, pgcluster.ErrNoServer) && !ci() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	exec := func(sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, r.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("CREATE TABLE t (n int)")
+	exec("INSERT INTO t VALUES (1)")
+	first := r.Primary()
+	// A session open at the kill is gone with the server.
+	held, err := pgx.Connect(ctx, first.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close(ctx)
+	if err := r.KillPrimary(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.Exec(ctx, "INSERT INTO t VALUES (0)"); err == nil {
+		t.Fatal("a session of the killed primary still takes writes")
+	}
+	if err := r.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.Primary() == first {
+		t.Fatal("the killed primary is still the primary after Promote")
+	}
+	if got := queryInt(t, r.DSN(), "select count(*) from t"); got != 1 {
+		t.Fatalf("the promoted standby holds %d rows, want the 1 acknowledged before the kill", got)
+	}
+	exec("INSERT INTO t VALUES (2)") // the new primary takes writes alone
+	if err := r.Rejoin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryInt(t, r.Primary().DSN(), "select count(*) from pg_stat_replication where sync_state = 'sync'"); got != 1 {
+		t.Fatalf("%d synchronous standbys after Rejoin, want 1", got)
+	}
+	exec("INSERT INTO t VALUES (3)")
+	if err := r.ShutdownPrimary(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.Primary() != first {
+		t.Fatal("the switchover did not promote the first primary, rebuilt as standby")
+	}
+	if got := queryInt(t, r.DSN(), "select count(*) from t"); got != 3 {
+		t.Fatalf("after the switchover the primary holds %d rows, want 3", got)
+	}
+	if err := r.Rejoin(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
