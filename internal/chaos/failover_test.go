@@ -219,7 +219,7 @@ func (f *failoverRun) drive(ctx context.Context) []faultEvent {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	discard := slog.New(slog.DiscardHandler)
-	common := []dispatch.DispatcherOption{
+	common := []dispatch.LoopOption{
 		dispatch.WithLeaseDuration(f.plan.lease), dispatch.WithPollInterval(20 * time.Millisecond),
 		dispatch.WithBatchSize(16), dispatch.WithConcurrency(4), dispatch.WithLogger(discard),
 	}
@@ -241,10 +241,14 @@ func (f *failoverRun) drive(ctx context.Context) []faultEvent {
 		loops.Go(func() { errs <- w.Run(loopCtx) })
 
 		_, entries := f.stores(ctx, fmt.Sprintf("dispatcher-%d", i))
-		d, err := dispatch.NewDispatcher(entries, emitterFunc(f.emit), append([]dispatch.DispatcherOption{
+		dopts := []dispatch.DispatcherOption{
 			dispatch.WithWorker(fmt.Sprintf("dispatcher-%d", i)), dispatch.WithEmitTimeout(f.plan.lease / 2),
 			dispatch.WithPolicy(f.p.policy()),
-		}, common...)...)
+		}
+		for _, o := range common {
+			dopts = append(dopts, o)
+		}
+		d, err := dispatch.NewDispatcher(entries, emitterFunc(f.emit), dopts...)
 		require.NoError(t, err)
 		loops.Go(func() { errs <- d.Run(loopCtx) })
 	}
