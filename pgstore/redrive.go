@@ -291,7 +291,11 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 	var batch ledger.RedriveEntryBatch
 	err := s.enqueueOnce(ctx, "redrive entries matching", func(tx pgx.Tx) (bool, error) {
 		batch = ledger.RedriveEntryBatch{}
-		rows, err := tx.Query(ctx, s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)...)
+		sql, args := s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)
+		if q.IdempotencyKey != "" {
+			sql, args = s.q.redrivableEntriesByKey, append(args, q.IdempotencyKey)
+		}
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return false, err
 		}
