@@ -171,7 +171,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 				results[i].Redriven = e
 			}
 		case ledger.OutcomeApplied:
-			changes = append(changes, changeOf(how{op: ledger.OpRedrive}, d, orig))
+			changes = append(changes, changeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, d, orig))
 			inserts = append(inserts, fresh)
 			existing[fresh.ID] = fresh // a later original redriven as it finds it taken
 			results[i].Redriven = fresh
@@ -383,7 +383,7 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 			updates++
 			if !s.cfg.noHistory {
 				hist.add(string(fresh.ID), ledger.EntryCreation(&fresh))
-				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive}, e, orig).t)
+				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, e, orig).t)
 			}
 		}
 	}

@@ -206,7 +206,7 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon, actor: ledger.ActorFrom(ctx)}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Abandon(cause, now)
 		}}))
