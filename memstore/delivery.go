@@ -575,3 +575,16 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 	}
 	return page, nil
 }
+
+// EndFenceRejected ends the acknowledged delivery id whose processing by
+// owner was refused for fence (see ledger.FenceRejecter), recorded as an
+// abandon by owner. Errors: ErrInvalid, ctx.Err().
+func (s *Store) EndFenceRejected(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.applyBy(id, ledger.OpAbandon, owner, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.EndFenceRejected(owner, fence, s.fences[d.Target], now)
+	}), nil
+}
