@@ -187,11 +187,11 @@ type listPage struct {
 	Choices               []choiceView
 	Keys, Ceremony, Limit string
 	// IdemKey is the outbox list's idempotency key filter.
-	IdemKey string
-	Next, First           string
-	Filtered              bool
-	Unsupported           string
-	Actions               []actionView
+	IdemKey     string
+	Next, First string
+	Filtered    bool
+	Unsupported string
+	Actions     []actionView
 }
 
 func (h *Handler) deliveries(ctx context.Context, r *http.Request, s *session) (string, any, error) {
