@@ -30,6 +30,13 @@ type OutboxLister interface {
 type OutboxListQuery struct {
 	Providers []string
 	Statuses  []OutboxStatus
+	// IdempotencyKey, when not empty, keeps only the entries enqueued
+	// with this key: the name the business knows an entry by. An entry's
+	// ID is usually OutboxEntryIDFor its key, but a redriven entry's is
+	// derived from its new key and a Save may keep a caller's own ID, so
+	// a lookup by key is a query of its own; stores answer it through an
+	// index of keys.
+	IdempotencyKey string
 	// Limit is the page size, 1 to MaxLimit.
 	Limit int
 	// Cursor is OutboxPage.Next of the previous page; empty for the first.
@@ -46,7 +53,8 @@ type OutboxPage struct {
 // Matches reports whether ListEntries with q's filters returns e.
 func (q OutboxListQuery) Matches(e OutboxEntry) bool {
 	return (len(q.Providers) == 0 || contains(q.Providers, e.Envelope.Provider)) &&
-		(len(q.Statuses) == 0 || contains(q.Statuses, e.Status))
+		(len(q.Statuses) == 0 || contains(q.Statuses, e.Status)) &&
+		(q.IdempotencyKey == "" || e.Envelope.IdempotencyKey == q.IdempotencyKey)
 }
 
 // Matches reports whether List with q's filters returns d.
@@ -181,7 +189,7 @@ func ValidateOutboxList(q OutboxListQuery) (after OutboxEntryID, err error) {
 			return "", err
 		}
 	}
-	if err := ValidateLimit("limit", q.Limit); err != nil {
+	if err := first(validateOptionalName("idempotency key", q.IdempotencyKey), ValidateLimit("limit", q.Limit)); err != nil {
 		return "", err
 	}
 	id, err := decodeCursor(outboxCursorPrefix, q.Cursor)

@@ -33,9 +33,11 @@ type Transition struct {
 	// Actor is who made the call: the owner ("agent/incarnation") of the
 	// lease involved (for a reclaim, the new incarnation that took the
 	// lease back; for MarkProcessed, the owner that acknowledged), or the
-	// claim worker. Empty for calls that act for nobody in particular:
-	// Enqueue, Expire, Abandon, ExpireCeremony, Supersede, RecordActivation,
-	// Redrive and the base outbox operations.
+	// claim worker. Abandon, ExpireCeremony and the redrives record the
+	// actor their context names (WithActor), a person at an operators'
+	// tool; without one they, Enqueue, Expire, Supersede,
+	// RecordActivation and the base outbox operations act for nobody in
+	// particular, and Actor is empty.
 	Actor string `json:"actor,omitempty"`
 	// Reason is the cause or failure reason the change recorded, if any:
 	// "kind: detail" for an expiry cause, "kind: message" for a delivery

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeGoBlocksCompile keeps the README's code true: every ```go
-// block is a whole file, and each is compiled as a package of its own
+// TestReadmeGoBlocksCompile keeps the README's code true, and that of
+// docs/production.md: every ```go block is a whole file, and each is compiled as a package of its own
 // inside this module, through an overlay, so nothing is written into the
 // tree; the blocks that import the OpenTelemetry module are compiled in
 // that module, by its own test.
@@ -24,10 +24,17 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	}
 	goTool, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command builds the README's blocks")
-	readme, err := os.ReadFile("README.md")
-	require.NoError(t, err)
+	// docs/production.md holds the README's longer examples: its blocks
+	// are kept as true as the README's.
+	var md strings.Builder
+	for _, file := range []string{"README.md", "docs/production.md"} {
+		text, err := os.ReadFile(file)
+		require.NoError(t, err)
+		md.Write(text)
+		md.WriteString("\n")
+	}
 	var blocks []string
-	for _, b := range goBlocks(string(readme)) {
+	for _, b := range goBlocks(md.String()) {
 		// A block that uses the OpenTelemetry module is built by that
 		// module's own test (otel/readme_test.go), where its
 		// dependencies are; this module has none of them.
@@ -107,6 +114,14 @@ func goBlocks(md string) []string {
 func TestReadmeIsForUsers(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
+	// A page to decide from: the detail lives in docs/, and nothing
+	// points outside the repository.
+	assert.LessOrEqual(t, strings.Count(string(readme), "\n"), 400, "the README is at most 400 lines")
+	for _, doc := range []string{"README.md", "docs/performance.md", "docs/production.md", "docs/operations.md", "docs/guarantees.md"} {
+		text, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		assert.NotContains(t, string(text), "../shared", "%s points outside the repository", doc)
+	}
 	for _, word := range []string{"FAIL", "not met", "this round", "previous round", "DATABASE_URL\")"} {
 		if word == "DATABASE_URL\")" {
 			assert.NotContains(t, strings.ReplaceAll(string(readme), "LEDGER_DATABASE_URL", ""), word,

@@ -165,11 +165,14 @@ func (r RedriveEntryResult) Applied() bool { return r.Outcome == OutcomeApplied 
 // RedriveEntryQuery selects the entries RedriveEntriesMatching redrives.
 type RedriveEntryQuery struct {
 	// Statuses is a subset of Failed and DeadLettered; empty means both.
-	Statuses    []OutboxStatus
-	Providers   []string
-	EndedBefore time.Time
-	Limit       int
-	Cursor      string
+	Statuses  []OutboxStatus
+	Providers []string
+	// IdempotencyKey, when not empty, keeps only the entries enqueued
+	// with this key (see OutboxListQuery.IdempotencyKey).
+	IdempotencyKey string
+	EndedBefore    time.Time
+	Limit          int
+	Cursor         string
 }
 
 // RedriveEntryBatch is the answer of RedriveEntriesMatching, as
@@ -358,6 +361,7 @@ func (q RedriveEntryQuery) Matches(e OutboxEntry) bool {
 	return e.Redrivable() &&
 		(len(q.Statuses) == 0 || contains(q.Statuses, e.Status)) &&
 		(len(q.Providers) == 0 || contains(q.Providers, e.Envelope.Provider)) &&
+		(q.IdempotencyKey == "" || e.Envelope.IdempotencyKey == q.IdempotencyKey) &&
 		(q.EndedBefore.IsZero() || e.EndedAt.Before(Normalize(q.EndedBefore)))
 }
 
@@ -480,7 +484,8 @@ func ValidateRedriveEntryQuery(q RedriveEntryQuery) (RedrivePosition, error) {
 			return RedrivePosition{}, err
 		}
 	}
-	if err := first(optionalTime("ended before", q.EndedBefore), ValidateLimit("limit", q.Limit)); err != nil {
+	if err := first(validateOptionalName("idempotency key", q.IdempotencyKey),
+		optionalTime("ended before", q.EndedBefore), ValidateLimit("limit", q.Limit)); err != nil {
 		return RedrivePosition{}, err
 	}
 	return DecodeRedriveCursor(q.Cursor)

@@ -194,7 +194,8 @@ func (d *Dispatcher) entryEvent(kind EventKind, ce *ledger.ClaimedEntry) Event {
 	return Event{
 		Kind: kind, EntryID: string(ce.Claim.EntryID), Attempt: ce.Entry.Attempts,
 		Worker: d.cfg.worker, Provider: ce.Entry.Envelope.Provider, EntryKind: ce.Entry.Envelope.Kind,
-		Seq: ce.Claim.Seq, Metadata: ce.Entry.Envelope.Metadata,
+		IdempotencyKey: ce.Entry.Envelope.IdempotencyKey,
+		Seq:            ce.Claim.Seq, Metadata: ce.Entry.Envelope.Metadata,
 	}
 }
 
@@ -249,6 +250,7 @@ func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind Even
 		return append([]slog.Attr{
 			slog.String("worker", c.d.cfg.worker),
 			slog.String("entry_id", string(ce.Claim.EntryID)),
+			slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey),
 			slog.Int64("claim_seq", ce.Claim.Seq),
 			slog.Int("attempt", ce.Entry.Attempts),
 		}, more...)

@@ -234,11 +234,13 @@ func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, c
 				// The claim may still be ours: try again at the next tick.
 				ev.Kind, ev.Err = EventStoreError, err
 				d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
-					slog.String("entry_id", string(claim.EntryID)), slog.Any("error", err))
+					slog.String("entry_id", string(claim.EntryID)),
+					slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.Any("error", err))
 			case !res.Applied():
 				ev.Kind = EventRenewLost
 				d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
-					slog.String("entry_id", string(claim.EntryID)), slog.String("outcome", string(res.Outcome)))
+					slog.String("entry_id", string(claim.EntryID)),
+					slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.String("outcome", string(res.Outcome)))
 				cancel(ErrClaimLost)
 				c.record(ctx, ev)
 				return false

@@ -95,7 +95,7 @@ const (
 //
 // The fields after Count label the event for metrics and traces. The
 // bounded ones (Provider, EntryKind, Target, Kind, Outcome) suit metric
-// labels; IDs, Seq, Owner, Ceremony and Metadata do not: give them to
+// labels; IDs, IdempotencyKey, Seq, Owner, Ceremony and Metadata do not: give them to
 // traces and logs. Building an event allocates nothing: the strings and
 // the metadata map are shared with the loop's copy of the record.
 type Event struct {
@@ -118,6 +118,10 @@ type Event struct {
 	// envelope, on a Dispatcher's events about an entry.
 	Provider  string
 	EntryKind string
+	// IdempotencyKey is the entry's idempotency key, on a Dispatcher's
+	// events about an entry: the name the business knows it by, which
+	// ledgerctl show and the console find it by. Unbounded, like the IDs.
+	IdempotencyKey string
 
 	// DeliveryID, Target and Ceremony describe the delivery of a
 	// Worker's event (Target and Ceremony are empty on EventReclaimed,

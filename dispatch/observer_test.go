@@ -1,7 +1,10 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +67,8 @@ func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.Cl
 		return ledger.EmissionResult{ProviderRef: "ref"}, nil
 	})
 	obs := newCounter()
+	logs := &lockedBuffer{}
+	opts = append(opts, dispatch.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
 	d, err := dispatch.NewDispatcher(store, emitter, append(append(baseOptions(clk, &fakeTimers{}, obs), dispatch.WithWorker("dispatcher-1")), opts...)...)
 	require.NoError(t, err)
 
@@ -79,6 +84,7 @@ func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.Cl
 		assert.Equal(t, "dispatcher-1", ev.Worker)
 		assert.Equal(t, e.Envelope.Provider, ev.Provider)
 		assert.Equal(t, e.Envelope.Kind, ev.EntryKind)
+		assert.Equal(t, e.Envelope.IdempotencyKey, ev.IdempotencyKey, "the key the business knows the entry by")
 		assert.Equal(t, e.Envelope.Metadata, ev.Metadata)
 		assert.Equal(t, int64(1), ev.Seq, "the first claim")
 		assert.Equal(t, 1, ev.Attempt)
@@ -101,6 +107,29 @@ func checkDispatcherEventsLabelled(t *testing.T, clk *testClock, store ledger.Cl
 		kinds[ev.Kind]++
 	}
 	assert.Equal(t, map[dispatch.EventKind]int{dispatch.EventDelivered: 1, dispatch.EventRetried: 1, dispatch.EventDeadLettered: 1}, kinds)
+	// The failed emissions are logged with their entry's key beside its ID.
+	for _, key := range []string{"retry", "dead"} {
+		assert.Contains(t, logs.String(), `"entry_id":"`+string(ledger.OutboxEntryIDFor(key))+`","idempotency_key":"`+key+`"`)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that loops in several goroutines may
+// log to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestDispatcherEventsShareMetadataWithoutCopying pins the cost of the

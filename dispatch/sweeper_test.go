@@ -290,7 +290,7 @@ type electingLedger interface {
 func workerSweepsItsOwnLapsedWork(t *testing.T, clk *testClock, l electingLedger) {
 	ctx := context.Background()
 	// A newer integrator epoch already wrote for the target: the Worker's
-	// fence is rejected and its delivery stays acknowledged.
+	// fence is rejected and its delivery ends at once.
 	_, err := l.Enqueue(ctx, ledger.EnqueueRequest{ID: "fence-setter", Target: "host"}, clk.Now())
 	require.NoError(t, err)
 	leaseAndAck(t, l, clk, ledger.Owner{Agent: "integrator", Incarnation: "1"}, "fence-setter")
@@ -316,16 +316,19 @@ func workerSweepsItsOwnLapsedWork(t *testing.T, clk *testClock, l electingLedger
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(runCtx) }()
 	require.Eventually(t, func() bool { return obs.Count(dispatch.EventFenceRejected) == 1 }, waitLimit, time.Millisecond)
-	assert.Equal(t, ledger.DeliveryStateAcknowledged, getDelivery(t, l, ids[0]).State)
-
-	// Past the acknowledgement deadline, the Worker's own sweeper ends both.
-	clk.Advance(workerPolicy.AckWindow)
-	require.Eventually(t, func() bool { return timers.FireWhere(isSweepWait) == 1 }, waitLimit, time.Millisecond)
+	// The refused delivery ended at once, with its own cause: nothing of
+	// it is left for the sweeper.
 	require.Eventually(t, func() bool {
 		return getDelivery(t, l, ids[0]).State == ledger.DeliveryStateExpired
 	}, waitLimit, time.Millisecond)
-	assert.Equal(t, ledger.CauseAcknowledgementLapsed, getDelivery(t, l, ids[0]).Cause.Kind)
-	assert.Equal(t, ledger.DeliveryStateFailed, getDelivery(t, l, crashed).State)
+	assert.Equal(t, ledger.CauseFenceRejected, getDelivery(t, l, ids[0]).Cause.Kind)
+
+	// Past the lease, the Worker's own sweeper ends the crashed one.
+	clk.Advance(workerPolicy.AckWindow)
+	require.Eventually(t, func() bool { return timers.FireWhere(isSweepWait) == 1 }, waitLimit, time.Millisecond)
+	require.Eventually(t, func() bool {
+		return getDelivery(t, l, crashed).State == ledger.DeliveryStateFailed
+	}, waitLimit, time.Millisecond)
 	lead, err := l.GetLead(ctx, string(dispatch.SweepExpire))
 	require.NoError(t, err)
 	assert.Equal(t, w.Owner().String(), lead.Holder, "the sweeper is named after its Worker")

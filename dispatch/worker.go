@@ -123,6 +123,24 @@ type WorkerStats struct {
 // acknowledged until Expire ends it at its acknowledgement deadline: it is
 // not handled again.
 //
+// # Stale fences
+//
+// When MarkProcessed answers FenceRejected (the decision's fence is lower
+// than the highest accepted for the target: a newer writer has acted), the
+// handler's work must not count, and the delivery cannot be processed by
+// anyone: it is acknowledged, so it is never offered again. The Worker
+// therefore ends it at once, when the ledger is a ledger.FenceRejecter
+// (memstore and pgstore are): EndFenceRejected, a call of its own since
+// the refused MarkProcessed wrote nothing, ends it as Expired with cause
+// ledger.CauseFenceRejected, whose detail names the refused fence and the
+// highest accepted, recorded in its history as an abandon by the Worker's
+// owner. The event is EventFenceRejected either way (WorkerStats counts
+// it in FenceRejected, never as processed); only on a ledger without
+// FenceRejecter, or when that call fails, does the delivery wait for its
+// acknowledgement deadline, ending with cause acknowledgement_lapsed.
+// Redrive it (ledgerctl redrive) to have it handled again under a fresh
+// fence.
+//
 // # Incarnations
 //
 // Each NewWorker is a new incarnation of its agent (a fresh random
@@ -138,10 +156,10 @@ type WorkerStats struct {
 // # Sweeping
 //
 // Some of a Worker's deliveries end only when someone calls the ledger's
-// Expire: one acknowledged whose MarkProcessed was refused (a stale fence,
-// a store error every try) ends as Expired at its acknowledgement
-// deadline, and one whose holder died with its last attempt leased ends as
-// Failed once the lease runs out. So Run runs a Sweeper beside its poll
+// Expire: one acknowledged whose MarkProcessed failed with a store error
+// every try ends as Expired at its acknowledgement deadline, and one
+// whose holder died with its last attempt leased ends as Failed once the
+// lease runs out. So Run runs a Sweeper beside its poll
 // loop (see Sweeper and WithSweeper): at most one Worker or Sweeper over a
 // ledger that keeps leads (memstore and pgstore do) expires at a time,
 // every DefaultSweepInterval, and the others take over when it stops or
@@ -339,6 +357,10 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 		ev.Kind, ev.Err, ev.Outcome = EventStoreError, err, ""
 		log.LogAttrs(ctx, slog.LevelError, "dispatch: ledger call failed; the delivery is offered again once its lease or acknowledgement runs out",
 			attrs(slog.String("intended", string(kind)), slog.Any("error", err))...)
+	case res.Outcome == ledger.OutcomeFenceRejected && res.Delivery.State == ledger.DeliveryStateExpired:
+		ev.Kind = EventFenceRejected
+		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: fence rejected; the delivery ended as expired with cause "+string(ledger.CauseFenceRejected),
+			attrs(slog.String("intended", string(kind)), slog.String("detail", causeDetail(res.Delivery.Cause)))...)
 	case res.Outcome == ledger.OutcomeFenceRejected:
 		ev.Kind = EventFenceRejected
 		log.LogAttrs(ctx, slog.LevelWarn, "dispatch: fence rejected; the delivery stays acknowledged until its deadline",
@@ -370,6 +392,14 @@ func (w *Worker) deliveryEvent(kind EventKind, ld *ledger.LeasedDelivery) Event 
 		DeliveryID: ld.Delivery.ID, Target: ld.Delivery.Target, Ceremony: ld.Delivery.Ceremony, Owner: w.owner,
 		Seq: ld.Lease.Seq, Metadata: ld.Delivery.Metadata,
 	}
+}
+
+// causeDetail is c's detail, "" for none.
+func causeDetail(c *ledger.Cause) string {
+	if c == nil {
+		return ""
+	}
+	return c.Detail
 }
 
 // processedEarlier reports whether res answers a MarkProcessed that an
@@ -471,6 +501,7 @@ func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out han
 			case !ack.Applied():
 				res = ack
 			}
+			res = w.endFenceRejected(ctx, ld, out.fence, res, err)
 			c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
 			return
 		}
@@ -480,8 +511,32 @@ func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out han
 			return
 		}
 		res, err = w.markProcessed(ctx, ld, out.fence, action)
+		res = w.endFenceRejected(ctx, ld, out.fence, res, err)
 		c.completed(ctx, ld, EventProcessed, res, err, dur, nil)
 	}
+}
+
+// endFenceRejected ends a delivery whose MarkProcessed (answer res, err)
+// was refused for fence, when the ledger is a ledger.FenceRejecter (see
+// Worker: Stale fences), and returns res with the delivery as it now
+// stands. The outcome stays FenceRejected, so the event and the stats
+// count the refusal; the delivery is Expired when the end applied. When
+// it did not (or the ledger cannot, or the call failed, which is logged),
+// the delivery stays acknowledged until its deadline.
+func (w *Worker) endFenceRejected(ctx context.Context, ld ledger.LeasedDelivery, fence *ledger.Fence, res ledger.DeliveryResult, err error) ledger.DeliveryResult {
+	fr, ok := w.ledger.(ledger.FenceRejecter)
+	if err != nil || res.Outcome != ledger.OutcomeFenceRejected || fence == nil || !ok {
+		return res
+	}
+	end, err := fr.EndFenceRejected(ctx, ld.Delivery.ID, w.owner, *fence, w.cfg.clock())
+	switch {
+	case err != nil:
+		w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: ending a fence-rejected delivery failed; it stays acknowledged until its deadline",
+			slog.String("owner", w.owner.String()), slog.String("delivery_id", string(ld.Delivery.ID)), slog.Any("error", err))
+	case end.Applied():
+		res.Delivery = end.Delivery
+	}
+	return res
 }
 
 // markProcessedTries bounds the tries of MarkProcessed after a successful

@@ -357,9 +357,17 @@ func TestWorkerAppliesTheFence(t *testing.T) {
 	evs := obs.Events(dispatch.EventFenceRejected)
 	require.Len(t, evs, 1)
 	assert.Equal(t, string(ledger.OutcomeFenceRejected), evs[0].Outcome)
+	// It ends at once, with a cause that names both fences, by the
+	// Worker's owner: no acknowledgement deadline to wait for.
 	d = getDelivery(t, l, ids[1])
-	assert.Equal(t, ledger.DeliveryStateAcknowledged, d.State, "acknowledged before the fence was checked")
+	assert.Equal(t, ledger.DeliveryStateExpired, d.State, "a refused delivery ends at once")
+	require.NotNil(t, d.Cause)
+	assert.Equal(t, ledger.FenceRejectedCause("host", 3, 5), *d.Cause)
 	assert.Nil(t, d.Processing)
+	h, err := l.History(context.Background(), ids[1])
+	require.NoError(t, err)
+	assert.Equal(t, ledger.OpAbandon, h[len(h)-1].Op)
+	assert.Equal(t, w.Owner().String(), h[len(h)-1].Actor)
 
 	// A fence source error is a failure, recorded before acknowledging.
 	errSource := errors.New("fence store down")
@@ -373,6 +381,20 @@ func TestWorkerAppliesTheFence(t *testing.T) {
 	assert.ErrorIs(t, obs.Events(dispatch.EventRetried)[0].Err, errSource)
 	d = getDelivery(t, l, ids[2])
 	assert.Equal(t, ledger.DeliveryStateOffered, d.State)
+
+	// A ledger that cannot end it leaves it acknowledged until its
+	// deadline, as before.
+	r, err := l.Enqueue(context.Background(), ledger.EnqueueRequest{ID: "host-late", Target: "host"}, clk.Now())
+	require.NoError(t, err)
+	require.True(t, r.Applied())
+	w3 := newWorker(t, plainLedger{l}, "agent-3", answer(newHandlerCalls(), dispatch.Processed("act"), nil),
+		append(workerOptions(clk, &fakeTimers{}, obs), dispatch.WithFenceSource(source), dispatch.WithBatchSize(1))...)
+	st, err = w3.RunOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.FenceRejected)
+	d = getDelivery(t, l, "host-late")
+	assert.Equal(t, ledger.DeliveryStateAcknowledged, d.State, "acknowledged before the fence was checked")
+	assert.Nil(t, d.Processing)
 }
 
 func TestWorkerDecisionFenceOverridesTheSource(t *testing.T) {

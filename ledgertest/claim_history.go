@@ -28,6 +28,7 @@ func testEntryHistory(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "ScriptedLife", newStore, claimHistoryScriptedLife)
 	claimRun(t, "ClaimCallsNameTheirWorker", newStore, claimHistoryClaimCallsNameTheirWorker)
 	claimRun(t, "BaseCallsNameNoActor", newStore, claimHistoryBaseCallsNameNoActor)
+	claimRun(t, "RedriveRecordsTheActorOfItsContext", newStore, claimHistoryRedriveActor)
 	claimRun(t, "BatchEnqueueCreates", newStore, claimHistoryBatchEnqueueCreates)
 	claimRun(t, "CallsThatDoNotApplyAddNothing", newStore, claimHistoryNotAppliedAddsNothing)
 	claimRun(t, "UnknownIsNotFound", newStore, claimHistoryUnknownIsNotFound)
@@ -397,4 +398,28 @@ func claimHistoryConcurrentWork(t *testing.T, s ledger.ClaimStore) {
 		claims += int(n)
 	}
 	require.Positive(t, claims, "the race claimed nothing")
+}
+
+// claimHistoryRedriveActor: a redrive records the actor of its context
+// (ledger.WithActor), by ID and by filter.
+func claimHistoryRedriveActor(t *testing.T, s ledger.ClaimStore) {
+	r, ok := s.(ledger.OutboxRedriver)
+	if !ok {
+		t.Skipf("%T does not implement ledger.OutboxRedriver", s)
+	}
+	ctx, err := ledger.WithActor(t.Context(), "bob via console")
+	require.NoError(t, err)
+	a := claimDeadLettered(t, s, "actor-a")
+	b := claimDeadLettered(t, s, "actor-b")
+	res, err := r.RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: a.ID})
+	require.NoError(t, err)
+	require.True(t, res.Applied())
+	batch, err := r.RedriveEntriesMatching(ctx, ledger.RedriveEntryQuery{IdempotencyKey: "actor-b", Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, 1, batch.Redriven())
+	for _, id := range []ledger.OutboxEntryID{a.ID, b.ID} {
+		h := claimHistory(t, s, id)
+		require.Equal(t, ledger.OpRedrive, h[len(h)-1].Op)
+		require.Equal(t, "bob via console", h[len(h)-1].Actor)
+	}
 }

@@ -19,6 +19,7 @@ func testListEntries(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "EmptyStoreIsOneEmptyPage", newStore, listEntriesEmptyStore)
 	claimRun(t, "IDOrderAndRecordsAsFindByID", newStore, listEntriesIDOrder)
 	claimRun(t, "Filters", newStore, listEntriesFilters)
+	claimRun(t, "ByIdempotencyKey", newStore, listEntriesByKey)
 	claimRun(t, "PagingVisitsEveryEntryOnce", newStore, listEntriesPaging)
 	claimRun(t, "PagingWithAFilter", newStore, listEntriesPagingWithAFilter)
 	claimRun(t, "NextIsEmptyOnAFullLastPage", newStore, listEntriesFullLastPage)
@@ -226,6 +227,7 @@ func listEntriesInvalid(t *testing.T, s ledger.ClaimStore) {
 		{Limit: 10, Statuses: []ledger.OutboxStatus{"lost"}},
 		{Limit: 10, Providers: []string{""}},
 		{Limit: 10, Providers: []string{"bad\x00provider"}},
+		{Limit: 10, IdempotencyKey: "bad\x00key"},
 	} {
 		_, err := l.ListEntries(t.Context(), q)
 		requireInvalid(t, err)
@@ -235,4 +237,41 @@ func listEntriesInvalid(t *testing.T, s ledger.ClaimStore) {
 	_, err = l.ListEntries(cancelledContext(t), ledger.OutboxListQuery{Limit: 10})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Len(t, claimPage(t, s, ledger.OutboxListQuery{Limit: 1}).Entries, 1)
+}
+
+// listEntriesByKey: IdempotencyKey finds the entry enqueued with that key,
+// whatever its ID, alone or with the other filters, and a redrive's new
+// entry under its own key; a key nobody used finds nothing.
+func listEntriesByKey(t *testing.T, s ledger.ClaimStore) {
+	byStatus := claimEveryStatus(t, s)
+	list := func(q ledger.OutboxListQuery) []ledger.OutboxEntryID {
+		q.Limit = 1
+		return claimListAll(t, s, q)
+	}
+	for status, key := range map[ledger.OutboxStatus]string{
+		ledger.OutboxStatusPending: "st-pending", ledger.OutboxStatusDelivered: "st-delivered", ledger.OutboxStatusDeadLettered: "st-dead",
+	} {
+		got := list(ledger.OutboxListQuery{IdempotencyKey: key})
+		require.Equal(t, []ledger.OutboxEntryID{byStatus[status]}, got, key)
+		e := claimFind(t, s, got[0])
+		require.Equal(t, key, e.Envelope.IdempotencyKey)
+	}
+	require.Empty(t, list(ledger.OutboxListQuery{IdempotencyKey: "nobody's"}))
+	require.Empty(t, list(ledger.OutboxListQuery{IdempotencyKey: "st-pending", Providers: []string{"provider-b"}}))
+	require.Empty(t, list(ledger.OutboxListQuery{IdempotencyKey: "st-dead", Statuses: []ledger.OutboxStatus{ledger.OutboxStatusPending}}))
+	require.Equal(t, []ledger.OutboxEntryID{byStatus[ledger.OutboxStatusDeadLettered]},
+		list(ledger.OutboxListQuery{IdempotencyKey: "st-dead", Providers: []string{"provider-b"},
+			Statuses: []ledger.OutboxStatus{ledger.OutboxStatusDeadLettered}}))
+
+	// A redriven entry is found under the key it was given.
+	r, ok := s.(ledger.OutboxRedriver)
+	if !ok {
+		return
+	}
+	res, err := r.RedriveEntry(t.Context(), ledger.RedriveEntryRequest{ID: byStatus[ledger.OutboxStatusDeadLettered], IdempotencyKey: "order-7 again"})
+	require.NoError(t, err)
+	require.True(t, res.Applied())
+	require.Equal(t, []ledger.OutboxEntryID{res.Redriven.ID}, list(ledger.OutboxListQuery{IdempotencyKey: "order-7 again"}))
+	require.Equal(t, []ledger.OutboxEntryID{byStatus[ledger.OutboxStatusDeadLettered]}, list(ledger.OutboxListQuery{IdempotencyKey: "st-dead"}),
+		"the original keeps its key")
 }

@@ -32,6 +32,7 @@ func testEntryRedrive(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "InvalidIsRejected", newStore, claimRedriveInvalidIsRejected)
 	claimRun(t, "MatchingFiltersByStatusProviderAndEnd", newStore, claimRedriveMatchingFilters)
 	claimRun(t, "MatchingIsOldestEndedFirstAndBounded", newStore, claimRedriveMatchingOldestFirst)
+	claimRun(t, "MatchingByIdempotencyKey", newStore, claimRedriveMatchingByKey)
 	claimRun(t, "MatchingInvalidIsRejected", newStore, claimRedriveMatchingInvalid)
 }
 
@@ -327,10 +328,28 @@ func claimRedriveMatchingInvalid(t *testing.T, s ledger.ClaimStore) {
 		"limit too high":   {Limit: ledger.MaxLimit + 1},
 		"bad provider":     {Providers: []string{""}, Limit: 1},
 		"bad cursor":       {Limit: 1, Cursor: "x"},
+		"bad key":          {Limit: 1, IdempotencyKey: "bad\x01key"},
 	} {
 		_, err := r.RedriveEntriesMatching(t.Context(), q)
 		requireInvalid(t, err)
 		claimRequireStored(t, s, dead)
 		_ = name
 	}
+}
+
+// claimRedriveMatchingByKey: an IdempotencyKey filter redrives the entry
+// of that key and nothing else.
+func claimRedriveMatchingByKey(t *testing.T, s ledger.ClaimStore) {
+	a := claimDeadLettered(t, s, "order-1")
+	b := claimDeadLettered(t, s, "order-2")
+	f := claimFailed(t, s, "order-3")
+	got := claimRedriveAll(t, s, ledger.RedriveEntryQuery{IdempotencyKey: "order-2", Limit: 10})
+	require.Equal(t, []ledger.OutboxEntryID{b.ID}, claimRedrivenIDs(got))
+	claimRequireRedriven(t, s, b, got[0], ledger.RedriveKey("order-2"))
+	claimRequireStored(t, s, a)
+	claimRequireStored(t, s, f)
+	require.Empty(t, claimRedriveAll(t, s, ledger.RedriveEntryQuery{IdempotencyKey: "order-3",
+		Statuses: []ledger.OutboxStatus{ledger.OutboxStatusDeadLettered}, Limit: 10}))
+	require.Empty(t, claimRedriveAll(t, s, ledger.RedriveEntryQuery{IdempotencyKey: "order-9", Limit: 10}))
+	claimRequireStored(t, s, f)
 }

@@ -29,6 +29,7 @@ func testHistory(t *testing.T, newLedger NewLedgerFunc) {
 		{"ExpiredLeaseTakenOver", historyExpiredLeaseTakenOver},
 		{"ExpireRecordsWhy", historyExpireRecordsWhy},
 		{"AbandonAndCeremonyRecordTheirCause", historyAbandonAndCeremony},
+		{"OperatorCallsRecordTheActorOfTheirContext", historyActorOfTheContext},
 		{"Supersede", historySupersede},
 		{"BatchEnqueueCreates", historyBatchEnqueueCreates},
 		{"CallsThatDoNotApplyAddNothing", historyNotAppliedAddsNothing},
@@ -477,4 +478,47 @@ func historyConcurrentWork(t *testing.T, f *ledgerFixture) {
 func withoutSeq(t ledger.Transition) ledger.Transition {
 	t.Seq = 0
 	return t
+}
+
+// historyActorOfTheContext: Abandon, ExpireCeremony and the redrives
+// record the actor ledger.WithActor put in their context (a person at an
+// operators' tool), and only for the calls made with it.
+func historyActorOfTheContext(t *testing.T, f *ledgerFixture) {
+	ctx, err := ledger.WithActor(f.ctx, "alice via ledgerctl")
+	require.NoError(t, err)
+	_, err = ledger.WithActor(f.ctx, "bad\x00actor")
+	requireInvalid(t, err)
+	require.Equal(t, "alice via ledgerctl", ledger.ActorFrom(ctx))
+	f.enqueue(req("d-1", "host-1"), t0)
+	f.applied(f.get("d-1"), at(time.Second))(f.l.Abandon(ctx, "d-1", ledger.Cause{Kind: "operator"}, at(time.Second)))
+	r := req("d-2", "host-1")
+	r.Ceremony = "cer-1"
+	f.enqueue(r, t0)
+	res, err := f.l.ExpireCeremony(ctx, "cer-1", ledger.Cause{Kind: ledger.CauseCeremonyEnded}, at(2*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, []ledger.DeliveryID{"d-2"}, res.Changed)
+	f.enqueue(req("d-3", "host-1"), t0)
+	f.applied(f.get("d-3"), at(time.Second))(f.l.Abandon(f.ctx, "d-3", ledger.Cause{Kind: "operator"}, at(time.Second)))
+	byAlice := func(t ledger.Transition) ledger.Transition { t.Actor = "alice via ledgerctl"; return t }
+	f.requireHistory("d-1", created(t0), byAlice(step(ledger.OpAbandon, offered, expired, nobody, "operator", at(time.Second))))
+	f.requireHistory("d-2", created(t0), byAlice(step(ledger.OpExpireCeremony, offered, expired, nobody, "ceremony_ended", at(2*time.Second))))
+	f.requireHistory("d-3", created(t0), step(ledger.OpAbandon, offered, expired, nobody, "operator", at(time.Second)))
+
+	rd, ok := f.l.(ledger.Redriver)
+	if !ok {
+		return
+	}
+	rr, err := rd.Redrive(ctx, ledger.RedriveRequest{ID: "d-1"}, at(3*time.Second))
+	require.NoError(t, err)
+	require.True(t, rr.Applied())
+	h := f.history("d-1")
+	require.Equal(t, ledger.OpRedrive, h[len(h)-1].Op)
+	require.Equal(t, "alice via ledgerctl", h[len(h)-1].Actor, "a redrive names the actor of its context")
+	b, err := rd.RedriveMatching(ctx, ledger.RedriveQuery{Limit: 10}, at(4*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 2, b.Redriven())
+	for _, id := range []ledger.DeliveryID{"d-2", "d-3"} {
+		h := f.history(id)
+		require.Equal(t, "alice via ledgerctl", h[len(h)-1].Actor, "RedriveMatching names the actor of its context: %s", id)
+	}
 }

@@ -11,7 +11,7 @@
 // Subtests are named after the rule they check (Enqueue/SameContentIsRepeated).
 // There are no capability flags: a store passes the whole suite or it does
 // not conform. The groups for optional interfaces (Renewer, Purger,
-// Historian, StatsReporter, EndedLister, Redriver and their outbox twins,
+// FenceRejecter, Historian, StatsReporter, EndedLister, Redriver and their outbox twins,
 // OutboxLister, and Elector in the Leadership group of both suites) run
 // when the store implements the interface and skip, saying which, when it
 // does not. Time moves only by passing later now values computed from a
@@ -60,6 +60,7 @@ var ledgerGroups = []struct {
 	{"Lease", testLease},
 	{"Acknowledge", testAcknowledge},
 	{"MarkProcessed", testMarkProcessed},
+	{"EndFenceRejected", testEndFenceRejected},
 	{"AcknowledgeProcessed", testAcknowledgeProcessed},
 	{"RecordActivation", testRecordActivation},
 	{"MarkFailed", testMarkFailed},

@@ -397,3 +397,19 @@ func (o oneProviderOutbox) OutboxStats(ctx context.Context, now time.Time) (ledg
 	st.ByProvider = map[string]ledger.ProviderQueueStats{"": {Depth: st.Depth, OldestDueAt: st.OldestDueAt, Lag: st.Lag}}
 	return st, nil
 }
+
+// keyIgnoredOutbox forgets the IdempotencyKey filter of its operators'
+// reads and redrives: a lookup by key answers every entry.
+type keyIgnoredOutbox struct {
+	*memstore.Outbox
+}
+
+func (o keyIgnoredOutbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (ledger.OutboxPage, error) {
+	q.IdempotencyKey = ""
+	return o.Outbox.ListEntries(ctx, q)
+}
+
+func (o keyIgnoredOutbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEntryQuery) (ledger.RedriveEntryBatch, error) {
+	q.IdempotencyKey = ""
+	return o.Outbox.RedriveEntriesMatching(ctx, q)
+}

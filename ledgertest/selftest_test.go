@@ -48,6 +48,9 @@ var brokenSuites = map[string]func(t *testing.T){
 	"claim-one-provider": func(t *testing.T) {
 		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return oneProviderOutbox{memstore.NewOutbox()} })
 	},
+	"claim-key-ignored": func(t *testing.T) {
+		ledgertest.TestClaimStore(t, func(*testing.T) ledger.ClaimStore { return keyIgnoredOutbox{memstore.NewOutbox()} })
+	},
 	"ledger-intact": func(t *testing.T) {
 		ledgertest.TestLedger(t, func(*testing.T) ledger.Ledger { return memstore.New() })
 	},
@@ -151,6 +154,10 @@ func TestSuiteFailsOnBrokenStores(t *testing.T) {
 		}},
 		{mode: "claim-one-provider", failed: []string{
 			"Stats/QueueByProvider",
+		}},
+		{mode: "claim-key-ignored", failed: []string{
+			"ListEntries/ByIdempotencyKey",
+			"Redrive/MatchingByIdempotencyKey",
 		}},
 		{mode: "ledger-intact"},
 		{mode: "ledger-double-grant", failed: ledgerDoubleGrantFailures},

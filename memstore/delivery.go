@@ -386,7 +386,7 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
-	return s.apply(id, ledger.OpAbandon, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+	return s.applyBy(id, ledger.OpAbandon, ledger.Owner{Agent: ledger.ActorFrom(ctx)}, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		return d.Abandon(cause, now)
 	}), nil
 }
@@ -396,6 +396,12 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 // The result carries a deep copy of the record as it now stands;
 // OutcomeNotFound with a zero record for an unknown ID.
 func (s *Store) apply(id ledger.DeliveryID, op ledger.Operation, step func(ledger.Delivery) (ledger.Delivery, ledger.Outcome)) ledger.DeliveryResult {
+	return s.applyBy(id, op, ledger.Owner{}, step)
+}
+
+// applyBy is apply recorded as made by actor when it is not the zero
+// Owner (a person, through ledger.WithActor), else as actorOf says.
+func (s *Store) applyBy(id ledger.DeliveryID, op ledger.Operation, actor ledger.Owner, step func(ledger.Delivery) (ledger.Delivery, ledger.Outcome)) ledger.DeliveryResult {
 	s.mu.Lock()
 	slot, ok := s.records[id]
 	if !ok {
@@ -405,7 +411,10 @@ func (s *Store) apply(id ledger.DeliveryID, op ledger.Operation, step func(ledge
 	before := s.recs[slot]
 	d, o := step(*before)
 	if o == ledger.OutcomeApplied {
-		s.replace(slot, &d, op, actorOf(op, before))
+		if actor == (ledger.Owner{}) {
+			actor = actorOf(op, before)
+		}
+		s.replace(slot, &d, op, actor)
 	} else {
 		d = *s.recs[slot] // a call that does not apply writes, and changes, nothing
 	}
@@ -462,7 +471,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 		for _, id := range ids {
 			slot := s.records[id]
 			if d, o := s.recs[slot].Abandon(cause, now); o == ledger.OutcomeApplied {
-				s.replace(slot, &d, ledger.OpExpireCeremony, ledger.Owner{})
+				s.replace(slot, &d, ledger.OpExpireCeremony, ledger.Owner{Agent: ledger.ActorFrom(ctx)})
 				res.Changed = append(res.Changed, id)
 			}
 		}
@@ -565,4 +574,17 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 		page.Next = ledger.EncodeCursor(page.Deliveries[len(page.Deliveries)-1].ID)
 	}
 	return page, nil
+}
+
+// EndFenceRejected ends the acknowledged delivery id whose processing by
+// owner was refused for fence (see ledger.FenceRejecter), recorded as an
+// abandon by owner. Errors: ErrInvalid, ctx.Err().
+func (s *Store) EndFenceRejected(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) (ledger.DeliveryResult, error) {
+	if err := begin(ctx, ledger.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now = ledger.Normalize(now)
+	return s.applyBy(id, ledger.OpAbandon, owner, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
+		return d.EndFenceRejected(owner, fence, s.fences[d.Target], now)
+	}), nil
 }

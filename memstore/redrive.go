@@ -30,7 +30,7 @@ func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time
 	}
 	now = ledger.Normalize(now)
 	s.mu.Lock()
-	res := []ledger.RedriveResult{s.redriveLocked(req.ID, req.NewID, now)}
+	res := []ledger.RedriveResult{s.redriveLocked(req.ID, req.NewID, ledger.Owner{Agent: ledger.ActorFrom(ctx)}, now)}
 	s.boundRedriven(res, now)
 	s.mu.Unlock()
 	return cloneRedrive(res[0]), nil
@@ -65,7 +65,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 		batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
 	}
 	for _, id := range ids {
-		batch.Results = append(batch.Results, s.redriveLocked(id, "", now))
+		batch.Results = append(batch.Results, s.redriveLocked(id, "", ledger.Owner{Agent: ledger.ActorFrom(ctx)}, now))
 	}
 	s.boundRedriven(batch.Results, now)
 	s.mu.Unlock()
@@ -75,9 +75,10 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	return batch, nil
 }
 
-// redriveLocked redrives delivery id as newID at now. The caller holds
+// redriveLocked redrives delivery id as newID at now, for actor (see
+// ledger.WithActor; the zero Owner for nobody). The caller holds
 // s.mu and clones the records of the result.
-func (s *Store) redriveLocked(id, newID ledger.DeliveryID, now time.Time) ledger.RedriveResult {
+func (s *Store) redriveLocked(id, newID ledger.DeliveryID, actor ledger.Owner, now time.Time) ledger.RedriveResult {
 	slot, ok := s.records[id]
 	if !ok {
 		return ledger.RedriveResult{Outcome: ledger.OutcomeNotFound}
@@ -92,7 +93,7 @@ func (s *Store) redriveLocked(id, newID ledger.DeliveryID, now time.Time) ledger
 			res.Redriven = *s.recs[existing]
 		}
 	case ledger.OutcomeApplied:
-		s.replace(slot, &orig, ledger.OpRedrive, ledger.Owner{})
+		s.replace(slot, &orig, ledger.OpRedrive, actor)
 		s.insert(&fresh)
 		res.Redriven = fresh
 	}
@@ -152,7 +153,7 @@ func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryReques
 	}
 	now := ledger.Normalize(o.cfg.clock())
 	o.mu.Lock()
-	res := o.redriveLocked(req.ID, req.IdempotencyKey, now)
+	res := o.redriveLocked(req.ID, req.IdempotencyKey, ledger.ActorFrom(ctx), now)
 	o.mu.Unlock()
 	return cloneEntryRedrive(res), nil
 }
@@ -183,7 +184,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 		batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
 	}
 	for _, p := range picks {
-		batch.Results = append(batch.Results, o.redriveLocked(p.ID, "", now))
+		batch.Results = append(batch.Results, o.redriveLocked(p.ID, "", ledger.ActorFrom(ctx), now))
 	}
 	o.mu.Unlock()
 	for i := range batch.Results {
@@ -192,9 +193,10 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 	return batch, nil
 }
 
-// redriveLocked redrives entry id under key at now. The caller holds o.mu
+// redriveLocked redrives entry id under key at now, for actor ("" for
+// nobody). The caller holds o.mu
 // and clones the entries of the result.
-func (o *Outbox) redriveLocked(id ledger.OutboxEntryID, key string, now time.Time) ledger.RedriveEntryResult {
+func (o *Outbox) redriveLocked(id ledger.OutboxEntryID, key, actor string, now time.Time) ledger.RedriveEntryResult {
 	p, ok := o.entries[id]
 	if !ok {
 		return ledger.RedriveEntryResult{Outcome: ledger.OutcomeNotFound}
@@ -208,7 +210,7 @@ func (o *Outbox) redriveLocked(id ledger.OutboxEntryID, key string, now time.Tim
 			res.Redriven = existing.OutboxEntry
 		}
 	case ledger.OutcomeApplied:
-		o.replace(p, orig, change{op: ledger.OpRedrive})
+		o.replace(p, orig, change{op: ledger.OpRedrive, worker: actor})
 		o.insert(fresh)
 		res.Redriven = fresh
 	}

@@ -13,6 +13,7 @@ import (
 // Compile-time checks that Store implements the delivery contracts.
 var (
 	_ ledger.Ledger        = (*Store)(nil)
+	_ ledger.FenceRejecter = (*Store)(nil)
 	_ ledger.BatchEnqueuer = (*Store)(nil)
 )
 

@@ -29,11 +29,13 @@
 //
 //	name                                     instrument       unit        attributes
 //	leaseledger.outbox.events                counter          {event}     event, outcome, provider, entry kind
-//	leaseledger.outbox.emit.duration         histogram        s           event, outcome, provider, entry kind
 //	leaseledger.outbox.completion.latency    histogram        s           event, outcome, provider, entry kind
 //	leaseledger.delivery.events              counter          {event}     event, outcome, target
-//	leaseledger.delivery.handle.duration     histogram        s           event, outcome, target
 //	leaseledger.delivery.completion.latency  histogram        s           event, outcome, target
+//	messaging.process.duration               histogram        s           operation, event, outcome, error type, provider or target, entry kind
+//	messaging.client.consumed.messages       counter          {message}   operation, provider or target, entry kind
+//	leaseledger.sweep.events                 counter          {event}     event, job, outcome, error type
+//	leaseledger.sweep.records                counter          {record}    job
 //	leaseledger.delivery.depth               gauge            {delivery}  target
 //	leaseledger.delivery.lag                 gauge            s           target
 //	leaseledger.delivery.records             updowncounter    {delivery}  state
@@ -45,11 +47,19 @@
 // outcome the store's outcome when there is one (leaseledger.outcome),
 // provider and target messaging.destination.name, entry kind
 // leaseledger.entry.kind, state leaseledger.delivery.state, status
-// leaseledger.outbox.status; every point of the event instruments also
-// has messaging.system "leaseledger". The durations are recorded on the
-// event that settles an emission or a handling (dispatch.Event.Final),
-// the latency from enqueue to completion on the completions that
-// applied (dispatch.Event.Latency).
+// leaseledger.outbox.status, operation messaging.operation.name (claim
+// or lease when a loop gets an item, emit or handle when it processes
+// it), error type error.type (a class: store_error, timeout, panic,
+// lease_lost, permanent, deferred, _OTHER), job leaseledger.sweep.job;
+// every point of the event instruments also has messaging.system
+// "leaseledger". Where OpenTelemetry's messaging semantic conventions
+// name an instrument (messaging.process.duration,
+// messaging.client.consumed.messages), it follows them. The durations
+// are recorded on the event that settles an emission or a handling
+// (dispatch.Event.Final), the latency from enqueue to completion on the
+// completions that applied (dispatch.Event.Latency). A Sweeper's events
+// count in leaseledger.sweep.events, never among the loops' events. The
+// scope's version is Version.
 //
 // # Traces
 //

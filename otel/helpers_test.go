@@ -89,6 +89,7 @@ func (h *harness) collectErr(t *testing.T) (map[string]metricdata.Metrics, error
 	out := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
 		require.Equal(t, ledgerotel.ScopeName, sm.Scope.Name)
+		require.Equal(t, ledgerotel.Version, sm.Scope.Version, "the scope's version is the module's")
 		for _, m := range sm.Metrics {
 			out[m.Name] = m
 		}

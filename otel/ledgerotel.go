@@ -44,7 +44,16 @@ const (
 	AgentKey attribute.Key = "leaseledger.agent"
 	// WorkerKey is the worker name of a Dispatcher (spans only).
 	WorkerKey attribute.Key = "leaseledger.worker"
+	// SweepJobKey is a Sweeper's job (dispatch.SweepJob), the name of its
+	// lead: dispatch.sweep.expire, dispatch.sweep.purge_deliveries,
+	// dispatch.sweep.purge_entries.
+	SweepJobKey attribute.Key = "leaseledger.sweep.job"
 )
+
+// Version is this module's version, the instrumentation scope's version
+// of every meter and tracer it makes (otel_scope_version in Prometheus).
+// A test ties it to the latest release in the changelog.
+const Version = "0.1.0"
 
 // Option configures New.
 type Option func(*config)
@@ -144,8 +153,8 @@ func New(opts ...Option) (*Instrumentation, error) {
 	}
 	in := &Instrumentation{
 		cfg:    cfg,
-		meter:  cfg.meters.Meter(ScopeName),
-		tracer: cfg.tracers.Tracer(ScopeName),
+		meter:  cfg.meters.Meter(ScopeName, metric.WithInstrumentationVersion(Version)),
+		tracer: cfg.tracers.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		spans:  openSpans{open: map[spanKey][]*grantSpan{}},
 	}
 	in.labels.m = map[labelKey]metric.MeasurementOption{}
@@ -161,9 +170,12 @@ func New(opts ...Option) (*Instrumentation, error) {
 // changes ev.Metadata.
 func (in *Instrumentation) Observe(ev dispatch.Event) {
 	ctx := context.Background()
-	worker := ev.Owner != (ledger.Owner{})
-	opt := in.labels.get(labelKeyOf(ev, worker))
-	in.ins.record(ctx, ev, worker, opt)
+	loop := loopOf(ev)
+	in.ins.record(ctx, ev, loop, &in.labels)
+	if loop == sweeperLoop {
+		return // a sweep has no item, so no span
+	}
+	worker := loop == workerLoop
 	switch {
 	case ev.Kind == dispatch.EventClaimed || ev.Kind == dispatch.EventLeased:
 		in.spans.granted(spanKey{worker: worker, id: ev.EntryID, seq: ev.Seq})

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/leaseledger/ledger"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -13,20 +15,34 @@ import (
 )
 
 // Names of the instruments (see the package documentation for their
-// units and attributes).
+// units and attributes). Where OpenTelemetry's messaging semantic
+// conventions name an instrument (ProcessDuration, ConsumedMessages),
+// this package uses their name, unit and attributes; the others are its
+// own, under leaseledger.
 const (
 	OutboxEvents            = "leaseledger.outbox.events"
-	OutboxEmitDuration      = "leaseledger.outbox.emit.duration"
 	OutboxCompletionLatency = "leaseledger.outbox.completion.latency"
 	DeliveryEvents          = "leaseledger.delivery.events"
-	DeliveryHandleDuration  = "leaseledger.delivery.handle.duration"
 	DeliveryLatency         = "leaseledger.delivery.completion.latency"
-	DeliveryDepth           = "leaseledger.delivery.depth"
-	DeliveryLag             = "leaseledger.delivery.lag"
-	DeliveryRecords         = "leaseledger.delivery.records"
-	OutboxDepth             = "leaseledger.outbox.depth"
-	OutboxLag               = "leaseledger.outbox.lag"
-	OutboxEntries           = "leaseledger.outbox.entries"
+	// ProcessDuration is the time the emitter took for one emission
+	// (messaging.operation.name "emit") or the handler for one delivery
+	// ("handle"): messaging.process.duration of the conventions.
+	ProcessDuration = "messaging.process.duration"
+	// ConsumedMessages counts the items handed to the loops: claims
+	// (messaging.operation.name "claim") and leases ("lease"), the
+	// conventions' messaging.client.consumed.messages.
+	ConsumedMessages = "messaging.client.consumed.messages"
+	// SweepEvents counts a Sweeper's events (swept, sweep_failed,
+	// lead_taken, lead_lost) by job; SweepRecords the records its sweeps
+	// changed or deleted, by job.
+	SweepEvents     = "leaseledger.sweep.events"
+	SweepRecords    = "leaseledger.sweep.records"
+	DeliveryDepth   = "leaseledger.delivery.depth"
+	DeliveryLag     = "leaseledger.delivery.lag"
+	DeliveryRecords = "leaseledger.delivery.records"
+	OutboxDepth     = "leaseledger.outbox.depth"
+	OutboxLag       = "leaseledger.outbox.lag"
+	OutboxEntries   = "leaseledger.outbox.entries"
 )
 
 // durationBuckets are the bounds, in seconds, of the emit and handle
@@ -43,6 +59,11 @@ var latencyBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60
 // kind, and the asynchronous ones fed by stats.
 type instruments struct {
 	outbox, delivery eventInstruments
+	// process and consumed are shared by both kinds of loop, told apart
+	// by messaging.operation.name.
+	process                   metric.Float64Histogram
+	consumed                  metric.Int64Counter
+	sweepEvents, sweepRecords metric.Int64Counter
 
 	deliveryDepth, outboxDepth     metric.Int64ObservableGauge
 	deliveryLag, outboxLag         metric.Float64ObservableGauge
@@ -50,9 +71,8 @@ type instruments struct {
 }
 
 type eventInstruments struct {
-	events   metric.Int64Counter
-	duration metric.Float64Histogram
-	latency  metric.Float64Histogram
+	events  metric.Int64Counter
+	latency metric.Float64Histogram
 }
 
 func (ins *instruments) create(m metric.Meter) error {
@@ -62,26 +82,29 @@ func (ins *instruments) create(m metric.Meter) error {
 			errs = append(errs, err)
 		}
 	}
-	events := func(name, desc string) metric.Int64Counter {
-		c, err := m.Int64Counter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		add(err)
 		return c
 	}
+	events := func(name, desc string) metric.Int64Counter { return counter(name, "{event}", desc) }
 	histogram := func(name, desc string, bounds []float64) metric.Float64Histogram {
 		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
 		add(err)
 		return h
 	}
 	ins.outbox = eventInstruments{
-		events:   events(OutboxEvents, "Events of outbox dispatchers: claims, completions, renewals and errors."),
-		duration: histogram(OutboxEmitDuration, "Time the emitter took for one emission.", durationBuckets),
-		latency:  histogram(OutboxCompletionLatency, "Time from an entry's enqueue to a completion of it that applied.", latencyBuckets),
+		events:  events(OutboxEvents, "Events of outbox dispatchers: claims, completions, renewals and errors."),
+		latency: histogram(OutboxCompletionLatency, "Time from an entry's enqueue to a completion of it that applied.", latencyBuckets),
 	}
 	ins.delivery = eventInstruments{
-		events:   events(DeliveryEvents, "Events of delivery workers: leases, completions, renewals and errors."),
-		duration: histogram(DeliveryHandleDuration, "Time the handler took for one delivery.", durationBuckets),
-		latency:  histogram(DeliveryLatency, "Time from a delivery's enqueue to a completion of it that applied.", latencyBuckets),
+		events:  events(DeliveryEvents, "Events of delivery workers: leases, completions, renewals and errors."),
+		latency: histogram(DeliveryLatency, "Time from a delivery's enqueue to a completion of it that applied.", latencyBuckets),
 	}
+	ins.process = histogram(ProcessDuration, "Time the emitter took for one emission, or the handler for one delivery.", durationBuckets)
+	ins.consumed = counter(ConsumedMessages, "{message}", "Outbox entries claimed and deliveries leased by the loops.")
+	ins.sweepEvents = events(SweepEvents, "Events of sweepers: sweeps, failed sweeps, leads taken and lost, by job.")
+	ins.sweepRecords = counter(SweepRecords, "{record}", "Records the sweeps changed or deleted, by job.")
 	var err error
 	ins.deliveryDepth, err = m.Int64ObservableGauge(DeliveryDepth, metric.WithUnit("{delivery}"),
 		metric.WithDescription("Deliveries a lease could hand out now."))
@@ -111,44 +134,145 @@ var completions = map[dispatch.EventKind]bool{
 	dispatch.EventDeferred: true, dispatch.EventProcessed: true, dispatch.EventFailed: true,
 }
 
-// record counts ev and records its duration and latency.
-func (ins *instruments) record(ctx context.Context, ev dispatch.Event, worker bool, opt metric.MeasurementOption) {
+// record counts ev and records its duration and latency, with the
+// label sets of its kind of loop from c.
+func (ins *instruments) record(ctx context.Context, ev dispatch.Event, loop loopKind, c *labelCache) {
+	if loop == sweeperLoop {
+		ins.sweepEvents.Add(ctx, 1, c.get(labelKeyOf(ev, loop, setEvent)))
+		// A sweep that changed nothing adds 0, so that the job's series
+		// exists from its first sweep on.
+		if ev.Kind == dispatch.EventSwept {
+			ins.sweepRecords.Add(ctx, int64(ev.Count), c.get(labelKeyOf(ev, loop, setRecords)))
+		}
+		return
+	}
 	e := &ins.outbox
-	if worker {
+	if loop == workerLoop {
 		e = &ins.delivery
 	}
+	opt := c.get(labelKeyOf(ev, loop, setEvent))
 	e.events.Add(ctx, 1, opt)
+	if ev.Kind == dispatch.EventClaimed || ev.Kind == dispatch.EventLeased {
+		ins.consumed.Add(ctx, 1, c.get(labelKeyOf(ev, loop, setConsumed)))
+	}
 	if !ev.Final {
 		return
 	}
 	// A release of work that never started (shutdown) follows no
 	// emission or handling.
 	if ev.Kind != dispatch.EventReleased || ev.Duration > 0 {
-		e.duration.Record(ctx, ev.Duration.Seconds(), opt)
+		ins.process.Record(ctx, ev.Duration.Seconds(), c.get(labelKeyOf(ev, loop, setProcess)))
 	}
 	if completions[ev.Kind] {
 		e.latency.Record(ctx, ev.Latency.Seconds(), opt)
 	}
 }
 
+// loopKind is the kind of loop an event comes from.
+type loopKind uint8
+
+const (
+	dispatcherLoop loopKind = iota
+	workerLoop
+	sweeperLoop
+)
+
+// loopOf tells the loops apart by what their events carry: a Worker's
+// its Owner, a Sweeper's its Job.
+func loopOf(ev dispatch.Event) loopKind {
+	switch {
+	case ev.Job != "":
+		return sweeperLoop
+	case ev.Owner != (ledger.Owner{}):
+		return workerLoop
+	}
+	return dispatcherLoop
+}
+
+// labelSet says which instrument a label set is for: each has the
+// attributes its name calls for.
+type labelSet uint8
+
+const (
+	setEvent labelSet = iota
+	setProcess
+	setConsumed
+	setRecords
+)
+
+// errorType is the conventions' error.type of an event: a low-cardinality
+// class of its error, "" when it has none.
+func errorType(ev dispatch.Event) string {
+	var panicked *dispatch.PanicError
+	switch {
+	case ev.Kind == dispatch.EventStoreError || ev.Kind == dispatch.EventSweepFailed:
+		return "store_error"
+	case ev.Err == nil:
+		return ""
+	case errors.Is(ev.Err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(ev.Err, &panicked), errors.Is(ev.Err, dispatch.ErrPanic):
+		return "panic"
+	case errors.Is(ev.Err, dispatch.ErrClaimLost), errors.Is(ev.Err, dispatch.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(ev.Err, dispatch.ErrPermanent):
+		return "permanent"
+	case errors.Is(ev.Err, dispatch.ErrDeferred):
+		return "deferred"
+	}
+	return "_OTHER" // the conventions' value for an error of no known class
+}
+
 // labelKey is what the attributes of an event's points depend on: all
 // of it bounded (no IDs).
 type labelKey struct {
-	worker      bool
+	set         labelSet
+	loop        loopKind
 	event       dispatch.EventKind
 	outcome     string
 	destination string
 	entryKind   string
+	job         dispatch.SweepJob
+	errorType   string
 }
 
-func labelKeyOf(ev dispatch.Event, worker bool) labelKey {
-	k := labelKey{worker: worker, event: ev.Kind, outcome: ev.Outcome}
-	if worker {
+func labelKeyOf(ev dispatch.Event, loop loopKind, set labelSet) labelKey {
+	k := labelKey{set: set, loop: loop}
+	if loop == sweeperLoop {
+		k.job = ev.Job
+		if set == setEvent {
+			k.event, k.outcome, k.errorType = ev.Kind, ev.Outcome, errorType(ev)
+		}
+		return k
+	}
+	if loop == workerLoop {
 		k.destination = string(ev.Target)
 	} else {
 		k.destination, k.entryKind = ev.Provider, ev.EntryKind
 	}
+	switch set {
+	case setEvent:
+		k.event, k.outcome = ev.Kind, ev.Outcome
+	case setProcess:
+		k.event, k.outcome, k.errorType = ev.Kind, ev.Outcome, errorType(ev)
+	}
 	return k
+}
+
+// operationName is messaging.operation.name of a label set: what the
+// loop did with the item.
+func (k labelKey) operationName() string {
+	switch {
+	case k.set == setConsumed && k.loop == workerLoop:
+		return "lease"
+	case k.set == setConsumed:
+		return "claim"
+	case k.set == setProcess && k.loop == workerLoop:
+		return OperationHandle
+	case k.set == setProcess:
+		return OperationEmit
+	}
+	return ""
 }
 
 // labelCache keeps the measurement option of each label key, so that an
@@ -170,7 +294,19 @@ func (c *labelCache) get(k labelKey) metric.MeasurementOption {
 	if ok {
 		return opt
 	}
-	attrs := []attribute.KeyValue{semconv.MessagingSystemKey.String(SystemName), EventKey.String(string(k.event))}
+	attrs := []attribute.KeyValue{semconv.MessagingSystemKey.String(SystemName)}
+	if k.event != "" {
+		attrs = append(attrs, EventKey.String(string(k.event)))
+	}
+	if op := k.operationName(); op != "" {
+		attrs = append(attrs, semconv.MessagingOperationNameKey.String(op))
+	}
+	if k.job != "" {
+		attrs = append(attrs, SweepJobKey.String(string(k.job)))
+	}
+	if k.errorType != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(k.errorType))
+	}
 	if k.outcome != "" {
 		attrs = append(attrs, OutcomeKey.String(k.outcome))
 	}

@@ -27,7 +27,7 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	require.NoError(t, err)
 	var blocks []string
-	for _, file := range []string{"README.md", filepath.Join("..", "README.md")} {
+	for _, file := range []string{"README.md", filepath.Join("..", "README.md"), filepath.Join("..", "docs", "production.md")} {
 		md, err := os.ReadFile(file)
 		require.NoError(t, err)
 		for _, b := range goBlocks(string(md)) {
@@ -36,7 +36,9 @@ func TestReadmeGoBlocksCompile(t *testing.T) {
 			}
 		}
 	}
-	require.GreaterOrEqual(t, len(blocks), 2, "this README's example and the library README's section")
+	// The library's README links here for the example; its blocks and
+	// docs/production.md's that import this module are built too.
+	require.NotEmpty(t, blocks, "this README's example")
 
 	root, err := filepath.Abs(".")
 	require.NoError(t, err)

@@ -151,15 +151,38 @@ func requireScenarioMetrics(t *testing.T, h *harness, r ran) {
 		lbl(ev, "retried", oc, "applied", dest, "host-2"):   1,
 	}, sums(t, m))
 
-	m = ms[ledgerotel.OutboxEmitDuration]
+	// The items handed to the loops, as the messaging conventions count
+	// them: by operation and destination.
+	const op, errType = "messaging.operation.name", "error.type"
+	m = ms[ledgerotel.ConsumedMessages]
+	assert.Equal(t, "{message}", m.Unit)
+	assert.Equal(t, map[string]int64{
+		lbl(op, "claim", dest, "mail", kind, "welcome"): 2,
+		lbl(op, "claim", dest, "sms", kind, "code"):     1,
+		lbl(op, "claim", dest, "mail", kind, "receipt"): 1,
+		lbl(op, "lease", dest, "host-1"):                2,
+		lbl(op, "lease", dest, "host-2"):                1,
+	}, sums(t, m))
+
+	// One processing duration per emission or handling, with the
+	// conventions' operation name and, for a failure, error.type.
+	m = ms[ledgerotel.ProcessDuration]
 	assert.Equal(t, "s", m.Unit)
-	emits := histograms(t, m)
-	assert.Equal(t, histogramPoint{2, 2 * emitStep.Seconds()}, emits[lbl(ev, "delivered", oc, "applied", dest, "mail", kind, "welcome")])
+	process := histograms(t, m)
+	emits := map[string]histogramPoint{}
+	for _, k := range []string{
+		lbl(ev, "delivered", oc, "applied", dest, "mail", kind, "welcome", op, "emit"),
+		lbl(ev, "retried", oc, "applied", dest, "sms", kind, "code", op, "emit", errType, "_OTHER"),
+		lbl(ev, "dead_lettered", oc, "applied", dest, "mail", kind, "receipt", op, "emit", errType, "permanent"),
+	} {
+		require.Contains(t, process, k)
+		emits[k] = process[k]
+	}
+	assert.Equal(t, histogramPoint{2, 2 * emitStep.Seconds()}, process[lbl(ev, "delivered", oc, "applied", dest, "mail", kind, "welcome", op, "emit")])
 	assert.Equal(t, histogramPoint{4, 4 * emitStep.Seconds()}, totals(emits))
-	m = ms[ledgerotel.DeliveryHandleDuration]
-	assert.Equal(t, "s", m.Unit)
-	assert.InDelta(t, 3*handleStep.Seconds(), totals(histograms(t, m)).sum, 1e-9)
-	assert.Equal(t, uint64(3), totals(histograms(t, m)).count)
+	handles := totals(process)
+	assert.Equal(t, uint64(7), handles.count, "4 emissions and 3 handlings")
+	assert.InDelta(t, 4*emitStep.Seconds()+3*handleStep.Seconds(), handles.sum, 1e-9)
 
 	// The latency of each completion is the time from the record's
 	// creation to the completion, as the store stamped them.

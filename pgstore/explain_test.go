@@ -124,6 +124,9 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		{"OutboxStats", q.outboxStats, []any{now}, "outbox_entries"},
 		{"History", q.deliveryHistory, []any{"done-00000042"}, "delivery_history"},
 		{"EntryHistory", q.entryHistory, []any{"done-00000042"}, "outbox_entry_history"},
+		{"ListEntriesByKey", q.browse.listEntriesByKey, []any{"", []string{}, []string{}, 51, "key-42"}, "outbox_entries"},
+		{"RedriveEntriesByKey", q.redrivableEntriesByKey, append(redriveArgs(ledger.RedrivePosition{}, entryCutoff(time.Time{}),
+			[]string{"failed", "dead_lettered"}, nil, 100), "key-42"), "outbox_entries"},
 	}
 	// The control: an unindexed predicate over the same data must show up
 	// as a sequential scan, or the checks below could pass because the
@@ -167,6 +170,24 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 				"Generic": explainGeneric(ctx, t, pool, c.sql),
 			} {
 				checkStatsIndexes(t, c.name+"/"+mode, plan, c.table)
+			}
+		}
+	})
+
+	// An operator's lookup by idempotency key (migration 0012) reads the
+	// index of keys: without it the planner walks the primary key or the
+	// index of ended entries, which passes the check above and reads
+	// every entry.
+	t.Run("ByKeyReadsTheKeyIndex", func(t *testing.T) {
+		for _, c := range cases {
+			if !strings.HasSuffix(c.name, "ByKey") {
+				continue
+			}
+			for mode, plan := range map[string]planNode{
+				"Custom":  explainCustom(ctx, t, pool, c.sql, c.args),
+				"Generic": explainGeneric(ctx, t, pool, c.sql),
+			} {
+				require.True(t, usesIndex(plan, "outbox_entries_key_idx"), "%s/%s: %s", c.name, mode, plan.tree())
 			}
 		}
 	})

@@ -303,6 +303,9 @@ type queries struct {
 	// of the states $4 and targets (providers) $5, up to $6, locked.
 	insertDelivery, insertEntry             string
 	redrivableDeliveries, redrivableEntries string
+	// redrivableEntriesByKey is redrivableEntries for one idempotency
+	// key, $7.
+	redrivableEntriesByKey string
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -429,6 +432,9 @@ func newQueries(schema string) *queries {
 	}
 	q.redrivableDeliveries = redrivable(dcols, deliveries, "state", "target")
 	q.redrivableEntries = redrivable(ocols, outbox, "status", "provider")
+	// One key's entries: read through outbox_entries_key_idx (migration
+	// 0012), not the walk of every ended entry.
+	q.redrivableEntriesByKey = strings.Replace(q.redrivableEntries, "WHERE ended_at IS NOT NULL", "WHERE idempotency_key = $7 AND ended_at IS NOT NULL", 1)
 	q.grantFailure, q.grantReason = grantProbe()
 	q.browse = newBrowseQueries(schema, dcols, ocols)
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")

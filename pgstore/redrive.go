@@ -174,7 +174,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 				results[i].Redriven = e
 			}
 		case ledger.OutcomeApplied:
-			changes = append(changes, changeOf(how{op: ledger.OpRedrive}, d, orig))
+			changes = append(changes, changeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, d, orig))
 			inserts = append(inserts, fresh)
 			existing[fresh.ID] = fresh // a later original redriven as it finds it taken
 			results[i].Redriven = fresh
@@ -297,7 +297,11 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 		if _, err := tx.Exec(ctx, rangePrelude); err != nil {
 			return false, err
 		}
-		rows, err := tx.Query(ctx, s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)...)
+		sql, args := s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)
+		if q.IdempotencyKey != "" {
+			sql, args = s.q.redrivableEntriesByKey, append(args, q.IdempotencyKey)
+		}
+		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
 			return false, err
 		}
@@ -385,7 +389,7 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 			updates++
 			if !s.cfg.noHistory {
 				hist.add(string(fresh.ID), ledger.EntryCreation(&fresh))
-				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive}, e, orig).t)
+				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, e, orig).t)
 			}
 		}
 	}

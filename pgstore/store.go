@@ -18,6 +18,7 @@ import (
 // Compile-time checks that the stores implement both contracts.
 var (
 	_ ledger.Ledger              = (*Store)(nil)
+	_ ledger.FenceRejecter       = (*Store)(nil)
 	_ ledger.BatchEnqueuer       = (*Store)(nil)
 	_ ledger.AckProcessor        = (*Store)(nil)
 	_ ledger.ClaimStore          = (*Outbox)(nil)

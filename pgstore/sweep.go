@@ -117,7 +117,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 		return ledger.SweepResult{}, err
 	}
 	now = ledger.Normalize(now)
-	changed, err := s.sweep(ctx, "expire ceremony", how{op: ledger.OpExpireCeremony}, s.q.ceremonyOpen, []any{string(ceremony)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
+	changed, err := s.sweep(ctx, "expire ceremony", how{op: ledger.OpExpireCeremony, actor: ledger.ActorFrom(ctx)}, s.q.ceremonyOpen, []any{string(ceremony)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
 		nd, o := d.Abandon(cause, now)
 		return nd, o == ledger.OutcomeApplied
 	})

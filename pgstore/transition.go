@@ -206,9 +206,27 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon}, id: id,
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon, actor: ledger.ActorFrom(ctx)}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
 			return d.Abandon(cause, now)
+		}}))
+}
+
+// EndFenceRejected ends the acknowledged delivery id whose processing by
+// owner was refused for fence (see ledger.FenceRejecter), recorded as an
+// abandon by owner. It reads the target's highest fence under its lock,
+// as MarkProcessed does, and never raises it: the fence is lower.
+func (s *Store) EndFenceRejected(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) (ledger.DeliveryResult, error) {
+	if err := s.check(ctx, ledger.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	now, err := s.decisionTime(ctx, "end fence rejected", now)
+	if err != nil {
+		return ledger.DeliveryResult{}, err
+	}
+	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "end fence rejected", h: how{op: ledger.OpAbandon, actor: owner.String()}, id: id, fence: &fence,
+		step: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
+			return d.EndFenceRejected(owner, fence, highest, now)
 		}}))
 }
 

@@ -157,7 +157,7 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 		// operator holding an ID from a log need not know which it is.
 		err = showEntry(ctx, e, c, store.Outbox(), id)
 		if errors.Is(err, ledger.ErrNotFound) {
-			return notFound("no delivery or outbox entry has ID %q", id)
+			return notFound("no delivery or outbox entry has ID %q, and no outbox entry has it as its idempotency key", id)
 		}
 		return err
 	}
@@ -227,18 +227,19 @@ func setupAbandon(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 			return notFound("no delivery has ID %q", id)
 		}
 		if c.json {
-			return writeJSON(e.stdout, abandonJSON{Outcome: res.Outcome, Delivery: redact(res.Delivery)})
-		}
-		switch res.Outcome {
-		case ledger.OutcomeApplied:
+			if err := writeJSON(e.stdout, abandonJSON{Outcome: res.Outcome, Delivery: redact(res.Delivery)}); err != nil || res.Applied() {
+				return err
+			}
+		} else if res.Applied() {
 			fmt.Fprintf(e.stdout, "abandoned %s: now %s (cause %s)\n", display(id), res.Delivery.State, display(string(cs.Kind)))
-		case ledger.OutcomeEnded:
-			// Not an error: the operator wanted it ended, and it is.
-			fmt.Fprintf(e.stdout, "%s already ended: %s at %s; nothing changed\n", display(id), res.Delivery.State, fmtTime(res.Delivery.EndedAt))
-		default:
-			fmt.Fprintf(e.stdout, "%s: %s\n", display(id), res.Outcome)
+			return nil
 		}
-		return nil
+		// Not applied is exit 4, as for every command: the operator's
+		// cause was not recorded, whatever ended the delivery before.
+		if res.Outcome == ledger.OutcomeEnded {
+			return notApplied("%s already ended: %s at %s; nothing changed", display(id), res.Delivery.State, fmtTime(res.Delivery.EndedAt))
+		}
+		return notApplied("%s: %s; nothing changed", display(id), res.Outcome)
 	}
 }
 

@@ -152,13 +152,31 @@ func metadataRows(tw io.Writer, md ledger.Metadata) {
 	}
 }
 
+// fmtAvailable is when d is offered, or "-" when it is not waiting to be
+// offered: an ended delivery keeps its last AvailableAt, which may lie in
+// the future (a retry scheduled, then abandoned) and reads as a promise.
+func fmtAvailable(d ledger.Delivery) string {
+	if d.State.Terminal() || d.State == ledger.DeliveryStateAcknowledged {
+		return "-"
+	}
+	return fmtTime(d.AvailableAt)
+}
+
+// fmtNextAttempt is fmtAvailable for outbox entries.
+func fmtNextAttempt(e ledger.OutboxEntry) string {
+	if e.Status.Terminal() {
+		return "-"
+	}
+	return fmtTime(e.NextAttemptAt)
+}
+
 // printList prints one page of deliveries as a table and the next cursor.
 func printList(w io.Writer, page ledger.Page) {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tSTATE\tTARGET\tCEREMONY\tATTEMPTS\tAVAILABLE AT\tUPDATED AT")
 	for _, d := range page.Deliveries {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", display(string(d.ID)), d.State, display(string(d.Target)), orDash(string(d.Ceremony)),
-			d.Attempts, d.Policy.MaxAttempts, fmtTime(d.AvailableAt), fmtTime(d.UpdatedAt))
+			d.Attempts, d.Policy.MaxAttempts, fmtAvailable(d), fmtTime(d.UpdatedAt))
 	}
 	_ = tw.Flush() // a failed write to stdout has nowhere better to go
 	fmt.Fprintf(w, "\n%d deliveries on this page\n", len(page.Deliveries))
@@ -184,7 +202,7 @@ func printDelivery(w io.Writer, d ledger.Delivery) {
 	row("policy", fmt.Sprintf("max attempts %d, backoff %s..%s, ack window %s",
 		d.Policy.MaxAttempts, d.Policy.BackoffBase, d.Policy.BackoffMax, d.Policy.AckWindow))
 	row("attempts", fmt.Sprintf("%d of %d", d.Attempts, d.Policy.MaxAttempts))
-	row("available at", fmtTime(d.AvailableAt))
+	row("available at", fmtAvailable(d))
 	row("lease seq", strconv.FormatInt(d.LeaseSeq, 10))
 	if l := d.Lease; l != nil {
 		row("lease", fmt.Sprintf("held by %s, seq %d, granted %s, expires %s",
@@ -246,7 +264,7 @@ func printEntry(w io.Writer, e ledger.OutboxEntry) {
 	row("payload", fmtPayload(e.Envelope.Payload))
 	metadataRows(tw, e.Envelope.Metadata)
 	row("attempts", strconv.Itoa(e.Attempts))
-	row("next attempt at", fmtTime(e.NextAttemptAt))
+	row("next attempt at", fmtNextAttempt(e))
 	if le := e.LastError; le != nil {
 		row("last error", fmt.Sprintf("%s: %s", orDash(le.Code), orDash(le.Message)))
 	}

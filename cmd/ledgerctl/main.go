@@ -13,17 +13,17 @@
 //
 //	migrate [-print | -status]
 //	list [-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]
-//	show ID                                   a delivery, or the outbox entry with that ID
+//	show ID|KEY                               a delivery, or the outbox entry with that ID or idempotency key
 //	stats [-target T] [-ceremony C]
 //	abandon ID -cause KIND [-detail TEXT]
 //	expire-ceremony ID -cause KIND [-detail TEXT]
 //	expire                                    run the expiry sweep once
-//	redrive ID [-new-id X]                    or by filter: -state, -target, -ended-before, -all, -dry-run
+//	redrive ID [-new-id X] [-dry-run]         or by filter: -state, -target, -ended-before, -all, -dry-run
 //	purge -older-than DURATION|RFC3339 [-dry-run]
-//	outbox list [-status S]... [-provider P]... [-limit N] [-cursor X]
-//	outbox show ID
+//	outbox list [-status S]... [-provider P]... [-key K] [-limit N] [-cursor X]
+//	outbox show ID|KEY
 //	outbox stats
-//	outbox redrive ID [-key K]                or by filter: -status, -provider, -ended-before, -all, -dry-run
+//	outbox redrive ID|KEY [-new-key K]        or by filter: -status, -provider, -key, -ended-before, -all, -dry-run
 //	serve [-addr HOST:PORT] [-allow-writes]   the web console (internal/console), until interrupted
 //	version
 //
@@ -39,15 +39,22 @@
 // tool, and "now" means the operator's now. Workers with skewed clocks see
 // the results at their own times.
 //
-// Exit codes:
+// Writes (abandon, expire-ceremony, redrive) are recorded in the
+// history as made by "USER via ledgerctl", USER the operating-system user
+// (ledger.WithActor).
 //
-//	0  success (also abandon of an already ended delivery, or redrive of
-//	   one already redriven, which say so)
-//	1  failure: connection or store error, unmigrated schema, invalid
-//	   -schema, a call the store refused (redrive of open work)
-//	2  usage error: unknown command, bad flag, missing argument, or a
-//	   flag or argument value refused before connecting (list -limit -1)
-//	3  not found: show, abandon or redrive of an ID no record has
+// Exit codes, the same for every command:
+//
+//	0  done: the command did what it says, or had done it before (a
+//	   redrive of a record already redriven, as asked)
+//	1  failed: connection or store error, unmigrated schema, a value the
+//	   store refused
+//	2  usage error: unknown command, bad flag or argument, a value
+//	   refused before connecting (list -limit -1)
+//	3  not found: no record has the ID (or idempotency key)
+//	4  not applied: the record is not in a state the command can change
+//	   (abandon of an ended delivery, redrive of open or processed work,
+//	   a new ID already taken); nothing was written
 package main
 
 import (

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -254,13 +255,22 @@ func TestAbandon(t *testing.T) {
 	assert.Equal(t, &ledger.Cause{Kind: ledger.CauseBindingRevoked, Detail: "host retired"}, d.Cause)
 	assert.Equal(t, ledger.DeliveryStateOffered, f.get("d2").State, "only the named delivery ends")
 
-	// Again: already ended, said so, still success, nothing changed.
+	// The history names the operator, not "nobody".
+	h, err := f.store.History(t.Context(), "d1")
+	require.NoError(t, err)
+	assert.Equal(t, osUser(os.Getenv)()+" via ledgerctl", h[len(h)-1].Actor)
+
+	// Again: already ended, said so, not applied (exit 4, as a redrive
+	// that does not apply), nothing changed.
 	r = f.run("abandon", "d1", "-cause", "other")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "already ended")
+	require.Equal(t, exitNotApplied, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "already ended")
 	assert.Equal(t, d, f.get("d1"))
 
-	doc := decode[abandonJSON](t, f.run("abandon", "-json", "-cause", "other", "d1"))
+	r = f.run("abandon", "-json", "-cause", "other", "d1")
+	assert.Equal(t, exitNotApplied, r.code, "the document comes with the exit code")
+	var doc abandonJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc), r.stdout)
 	assert.Equal(t, ledger.OutcomeEnded, doc.Outcome)
 	assert.Equal(t, ledger.DeliveryID("d1"), doc.Delivery.ID)
 

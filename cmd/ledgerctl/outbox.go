@@ -26,13 +26,14 @@ func setupOutboxList(fs *flag.FlagSet, c *common) func(context.Context, env, []s
 	var statuses, providers listFlag
 	fs.Var(&statuses, "status", "only entries in this status (repeatable, or a comma list): "+statusNames())
 	fs.Var(&providers, "provider", "only entries for this provider (repeatable, or a comma list)")
+	key := fs.String("key", "", "only the entries enqueued with this idempotency key")
 	limit := fs.Int("limit", 50, fmt.Sprintf("page size, 1 to %d", ledger.MaxLimit))
 	cursor := fs.String("cursor", "", "the next cursor printed by the previous page")
 	return func(ctx context.Context, e env, pos []string) error {
 		if err := noArgs(pos); err != nil {
 			return err
 		}
-		q := ledger.OutboxListQuery{Providers: providers, Limit: *limit, Cursor: *cursor}
+		q := ledger.OutboxListQuery{Providers: providers, IdempotencyKey: *key, Limit: *limit, Cursor: *cursor}
 		for _, s := range statuses {
 			q.Statuses = append(q.Statuses, ledger.OutboxStatus(s))
 		}
@@ -73,10 +74,11 @@ func statusNames() string {
 // cursor.
 func printEntries(w io.Writer, page ledger.OutboxPage) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tSTATUS\tPROVIDER\tKIND\tATTEMPTS\tNEXT ATTEMPT AT\tUPDATED AT")
+	fmt.Fprintln(tw, "ID\tKEY\tSTATUS\tPROVIDER\tKIND\tATTEMPTS\tNEXT ATTEMPT AT\tUPDATED AT")
 	for _, en := range page.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(string(en.ID)), en.Status, display(string(en.Envelope.Provider)), display(string(en.Envelope.Kind)),
-			en.Attempts, fmtTime(en.NextAttemptAt), fmtTime(en.UpdatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(string(en.ID)), display(en.Envelope.IdempotencyKey), en.Status,
+			display(string(en.Envelope.Provider)), display(string(en.Envelope.Kind)),
+			en.Attempts, fmtNextAttempt(en), fmtTime(en.UpdatedAt))
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\n%d outbox entries on this page\n", len(page.Entries))
@@ -100,21 +102,18 @@ func setupOutboxShow(_ *flag.FlagSet, c *common) func(context.Context, env, []st
 		defer closePool()
 		err = showEntry(ctx, e, c, store.Outbox(), id)
 		if errors.Is(err, ledger.ErrNotFound) {
-			return notFound("no outbox entry has ID %q", id)
+			return notFound("no outbox entry has ID or idempotency key %q", id)
 		}
 		return err
 	}
 }
 
-// showEntry prints the outbox entry id and its history; an error matching
-// ledger.ErrNotFound when there is none.
+// showEntry prints the outbox entry with ID or idempotency key id, and its
+// history; an error matching ledger.ErrNotFound when there is none.
 func showEntry(ctx context.Context, e env, c *common, o *pgstore.Outbox, id string) error {
-	entry, err := o.FindByID(ctx, ledger.OutboxEntryID(id))
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
+	entry, err := findEntry(ctx, o, id)
+	if err != nil {
 		return err
-	case err != nil:
-		return invalidInput(err)
 	}
 	history, err := o.EntryHistory(ctx, entry.ID)
 	if err != nil {
@@ -131,6 +130,29 @@ func showEntry(ctx context.Context, e env, c *common, o *pgstore.Outbox, id stri
 	printNotes(e.stdout, doc.Notes)
 	printHistory(e.stdout, history)
 	return nil
+}
+
+// findEntry returns the outbox entry whose ID is id or, when none has,
+// the one enqueued with idempotency key id: the key is the name the
+// business knows an entry by (an order number), and an entry's ID is not
+// always derived from it (a redriven entry's comes from its new key). An
+// error matching ledger.ErrNotFound when neither finds one.
+func findEntry(ctx context.Context, o *pgstore.Outbox, id string) (ledger.OutboxEntry, error) {
+	entry, err := o.FindByID(ctx, ledger.OutboxEntryID(id))
+	switch {
+	case err == nil:
+		return entry, nil
+	case !errors.Is(err, ledger.ErrNotFound):
+		return ledger.OutboxEntry{}, invalidInput(err)
+	}
+	page, err := o.ListEntries(ctx, ledger.OutboxListQuery{IdempotencyKey: id, Limit: 1})
+	switch {
+	case err != nil:
+		return ledger.OutboxEntry{}, invalidInput(err)
+	case len(page.Entries) == 0:
+		return ledger.OutboxEntry{}, ledger.ErrNotFound
+	}
+	return page.Entries[0], nil
 }
 
 // deliveryNotes sets what d's fields do not say by themselves at now.

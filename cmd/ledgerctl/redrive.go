@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -21,7 +22,10 @@ const redriveBatch = 100
 
 // redriveLine is one record a redrive made or would make, in -json.
 type redriveLine struct {
-	ID      string         `json:"id"`
+	ID string `json:"id"`
+	// Key is an outbox entry's idempotency key, the name the business
+	// knows it by; empty for deliveries.
+	Key     string         `json:"key,omitempty"`
 	Outcome ledger.Outcome `json:"outcome,omitempty"` // empty in a dry run
 	// As is the ID the new record has, or would have.
 	As string `json:"as,omitempty"`
@@ -41,6 +45,7 @@ type redriveJSON struct {
 type redriveFilter struct {
 	values      listFlag // -state or -status
 	names       listFlag // -target or -provider
+	key         *string  // -key, the outbox's only; nil for deliveries
 	endedBefore *string
 	all         *bool
 	dryRun      *bool
@@ -58,7 +63,7 @@ func newRedriveFilter(fs *flag.FlagSet, valueFlag, valueHelp, nameFlag, nameHelp
 
 // any reports whether a filter flag was given.
 func (f *redriveFilter) any() bool {
-	return len(f.values) > 0 || len(f.names) > 0 || *f.endedBefore != "" || *f.all
+	return len(f.values) > 0 || len(f.names) > 0 || (f.key != nil && *f.key != "") || *f.endedBefore != "" || *f.all
 }
 
 // check refuses a call that mixes an ID with a filter, or gives neither,
@@ -66,7 +71,7 @@ func (f *redriveFilter) any() bool {
 // else start, so that a pass never takes what its own redrives end.
 func (f *redriveFilter) check(pos []string, start time.Time) (id string, cutoff time.Time, err error) {
 	switch {
-	case len(pos) > 0 && (f.any() || *f.dryRun):
+	case len(pos) > 0 && f.any():
 		return "", time.Time{}, usage("give an ID or filter flags, not both")
 	case len(pos) > 0:
 		id, err := exactlyOne(pos, "ID")
@@ -122,7 +127,7 @@ func setupRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 		}
 		defer closePool()
 		if id != "" {
-			return redriveOne(ctx, e, c, store, id, *newID, start)
+			return redriveOne(ctx, e, c, store, id, *newID, *f.dryRun, start)
 		}
 		if *f.dryRun {
 			return redriveDryRun(ctx, e, c, store, q, start)
@@ -132,38 +137,65 @@ func setupRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 }
 
 // redriveOne redrives the delivery id, or the outbox entry with that ID
-// when no delivery has it.
-func redriveOne(ctx context.Context, e env, c *common, store *pgstore.Store, id, newID string, now time.Time) error {
-	res, err := store.Redrive(ctx, ledger.RedriveRequest{ID: ledger.DeliveryID(id), NewID: ledger.DeliveryID(newID)}, now)
-	if err != nil {
-		return invalidInput(err)
+// (or idempotency key) when no delivery has it. With dryRun it says what
+// the redrive would answer, as the root package decides it for the
+// record as it stands (ledger.Delivery.Redrive), and writes nothing.
+func redriveOne(ctx context.Context, e env, c *common, store *pgstore.Store, id, newID string, dryRun bool, now time.Time) error {
+	var res ledger.RedriveResult
+	if dryRun {
+		d, err := store.Get(ctx, ledger.DeliveryID(id))
+		switch {
+		case errors.Is(err, ledger.ErrNotFound):
+			res.Outcome = ledger.OutcomeNotFound
+		case err != nil:
+			return invalidInput(err)
+		default:
+			as := d.RedriveAs(ledger.DeliveryID(newID))
+			_, err := store.Get(ctx, as)
+			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+				return invalidInput(err)
+			}
+			res.Original, res.Redriven.ID = d, as
+			_, _, res.Outcome = d.Redrive(ledger.DeliveryID(newID), err == nil, now)
+		}
+	} else {
+		var err error
+		if res, err = store.Redrive(ctx, ledger.RedriveRequest{ID: ledger.DeliveryID(id), NewID: ledger.DeliveryID(newID)}, now); err != nil {
+			return invalidInput(err)
+		}
 	}
 	if res.Outcome == ledger.OutcomeNotFound {
 		if newID != "" {
 			return notFound("no delivery has ID %q", id)
 		}
-		return redriveEntryOne(ctx, e, c, store.Outbox(), id, "")
+		return redriveEntryOne(ctx, e, c, store.Outbox(), id, "", dryRun)
 	}
 	line := redriveLine{ID: id, Outcome: res.Outcome, As: string(res.Redriven.ID), Abandoned: res.Abandoned}
-	return printRedriveOne(e, c, line, string(res.Original.State), string(res.Original.RedrivenTo), "failed and expired deliveries")
+	return printRedriveOne(e, c, line, dryRun, string(res.Original.State), string(res.Original.RedrivenTo), "failed and expired deliveries")
 }
 
-// printRedriveOne prints the answer of a redrive by ID; only Applied and
-// Repeated (the record is redriven, as asked) are success.
-func printRedriveOne(e env, c *common, line redriveLine, state, redrivenTo, what string) error {
+// printRedriveOne prints the answer of a redrive by ID (or, with dryRun,
+// the answer it would get); only Applied and Repeated (the record is
+// redriven, as asked) are success, anything else exits 4 (not applied),
+// a dry run too, so that a script can test a redrive before making it.
+func printRedriveOne(e env, c *common, line redriveLine, dryRun bool, state, redrivenTo, what string) error {
 	ok := line.Outcome == ledger.OutcomeApplied || line.Outcome == ledger.OutcomeRepeated
 	if c.json {
 		n := 0
 		if line.Outcome == ledger.OutcomeApplied {
 			n = 1
 		}
-		if err := writeJSON(e.stdout, redriveJSON{Count: n, Records: []redriveLine{line}}); err != nil || ok {
+		if err := writeJSON(e.stdout, redriveJSON{DryRun: dryRun, Count: n, Records: []redriveLine{line}}); err != nil || ok {
 			return err
 		}
-		return &exitError{code: exitFailed, msg: fmt.Sprintf("%s: %s", display(line.ID), line.Outcome)}
+		return notApplied("%s: %s", display(line.ID), line.Outcome)
 	}
 	switch line.Outcome {
 	case ledger.OutcomeApplied:
+		if dryRun {
+			fmt.Fprintf(e.stdout, "would redrive %s as %s\n", display(line.ID), display(line.As))
+			return nil
+		}
 		fmt.Fprintf(e.stdout, "redrove %s as %s\n", display(line.ID), display(line.As))
 		for _, a := range line.Abandoned {
 			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", display(string(a)))
@@ -173,14 +205,14 @@ func printRedriveOne(e env, c *common, line redriveLine, state, redrivenTo, what
 		fmt.Fprintf(e.stdout, "%s was already redriven as %s; nothing changed\n", display(line.ID), display(redrivenTo))
 		return nil
 	case ledger.OutcomeWrongState:
-		return fail("%s is %s: only %s can be redriven", display(line.ID), state, what)
+		return notApplied("%s is %s: only %s can be redriven", display(line.ID), state, what)
 	case ledger.OutcomeConflict:
 		if redrivenTo != "" {
-			return fail("%s was already redriven as %s", display(line.ID), display(redrivenTo))
+			return notApplied("%s was already redriven as %s", display(line.ID), display(redrivenTo))
 		}
-		return fail("%s: the new ID is taken by another record", display(line.ID))
+		return notApplied("%s: the new ID is taken by another record", display(line.ID))
 	}
-	return fail("%s: %s", display(line.ID), line.Outcome)
+	return notApplied("%s: %s", display(line.ID), line.Outcome)
 }
 
 // redriveMatching redrives everything q matches, batch by batch.
@@ -218,11 +250,11 @@ func printRedriveMatching(e env, c *common, out redriveJSON, what string) error 
 	for _, l := range out.Records {
 		switch {
 		case out.DryRun:
-			fmt.Fprintf(e.stdout, "would redrive %s as %s\n", display(l.ID), display(l.As))
+			fmt.Fprintf(e.stdout, "would redrive %s%s as %s\n", display(l.ID), keyNote(l.Key), display(l.As))
 		case l.Outcome == ledger.OutcomeApplied:
-			fmt.Fprintf(e.stdout, "redrove %s as %s\n", display(l.ID), display(l.As))
+			fmt.Fprintf(e.stdout, "redrove %s%s as %s\n", display(l.ID), keyNote(l.Key), display(l.As))
 		default:
-			fmt.Fprintf(e.stdout, "did not redrive %s: %s\n", display(l.ID), l.Outcome)
+			fmt.Fprintf(e.stdout, "did not redrive %s%s: %s\n", display(l.ID), keyNote(l.Key), l.Outcome)
 		}
 		for _, a := range l.Abandoned {
 			fmt.Fprintf(e.stdout, "  abandoned %s: its target's queue was over its bound\n", display(string(a)))
@@ -234,6 +266,14 @@ func printRedriveMatching(e env, c *common, out redriveJSON, what string) error 
 	}
 	fmt.Fprintf(e.stdout, "%s %d %s\n", verb, out.Count, what)
 	return nil
+}
+
+// keyNote is " (key K)" for an outbox entry's line, "" for a delivery's.
+func keyNote(key string) string {
+	if key == "" {
+		return ""
+	}
+	return " (key " + display(key) + ")"
 }
 
 // redriveDryRun lists, page by page, the deliveries a redrive by q at now
@@ -267,14 +307,15 @@ func redriveDryRun(ctx context.Context, e env, c *common, store *pgstore.Store, 
 
 func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []string) error {
 	f := newRedriveFilter(fs, "status", "only entries in this status: failed, dead_lettered", "provider", "only entries for this provider")
-	key := fs.String("key", "", "with an ID: the new entry's idempotency key (default KEY/redrive)")
+	f.key = fs.String("key", "", "only the entry enqueued with this idempotency key")
+	key := fs.String("new-key", "", "with an ID: the new entry's idempotency key (default KEY/redrive)")
 	return func(ctx context.Context, e env, pos []string) error {
 		start := e.clock()
 		id, cutoff, err := f.check(pos, start)
 		if err != nil {
 			return err
 		}
-		q := ledger.RedriveEntryQuery{EndedBefore: cutoff, Limit: redriveBatch, Providers: f.names}
+		q := ledger.RedriveEntryQuery{EndedBefore: cutoff, Limit: redriveBatch, Providers: f.names, IdempotencyKey: *f.key}
 		for _, s := range f.values {
 			q.Statuses = append(q.Statuses, ledger.OutboxStatus(s))
 		}
@@ -293,7 +334,7 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 		o := store.Outbox()
 		switch {
 		case id != "":
-			return redriveEntryOne(ctx, e, c, o, id, *key)
+			return redriveEntryOne(ctx, e, c, o, id, *key, *f.dryRun)
 		case *f.dryRun:
 			return redriveEntriesDryRun(ctx, e, c, o, q)
 		}
@@ -302,7 +343,8 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 		for {
 			b, err := o.RedriveEntriesMatching(ctx, q)
 			for _, r := range b.Results {
-				out.Records = append(out.Records, redriveLine{ID: string(r.Original.ID), Outcome: r.Outcome, As: string(r.Original.RedriveAs(""))})
+				out.Records = append(out.Records, redriveLine{ID: string(r.Original.ID), Key: r.Original.Envelope.IdempotencyKey,
+					Outcome: r.Outcome, As: string(r.Original.RedriveAs(""))})
 			}
 			out.Count += b.Redriven()
 			if err != nil {
@@ -321,23 +363,40 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 	}
 }
 
-// redriveEntryOne redrives the outbox entry id under key.
-func redriveEntryOne(ctx context.Context, e env, c *common, o *pgstore.Outbox, id, key string) error {
-	res, err := o.RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: ledger.OutboxEntryID(id), IdempotencyKey: key})
+// redriveEntryOne redrives the outbox entry with ID (or idempotency key)
+// id under key; with dryRun it says what the redrive would answer
+// (ledger.OutboxEntry.Redrive) and writes nothing.
+func redriveEntryOne(ctx context.Context, e env, c *common, o *pgstore.Outbox, id, key string, dryRun bool) error {
+	entry, err := findEntry(ctx, o, id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return notFound("no delivery or outbox entry has ID %q, and no outbox entry has it as its idempotency key", id)
+	}
 	if err != nil {
+		return err
+	}
+	var res ledger.RedriveEntryResult
+	if dryRun {
+		as := entry.RedriveAs(key)
+		_, err := o.FindByID(ctx, as)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return invalidInput(err)
+		}
+		res.Original, res.Redriven.ID = entry, as
+		_, _, res.Outcome = entry.Redrive(key, err == nil, time.Now())
+	} else if res, err = o.RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: entry.ID, IdempotencyKey: key}); err != nil {
 		return invalidInput(err)
 	}
-	if res.Outcome == ledger.OutcomeNotFound {
-		return notFound("no delivery or outbox entry has ID %q", id)
+	if res.Outcome == ledger.OutcomeNotFound { // purged meanwhile
+		return notFound("no outbox entry has ID %q", entry.ID)
 	}
-	line := redriveLine{ID: id, Outcome: res.Outcome, As: string(res.Redriven.ID)}
-	return printRedriveOne(e, c, line, string(res.Original.Status), string(res.Original.RedrivenTo), "failed and dead-lettered entries")
+	line := redriveLine{ID: string(entry.ID), Key: entry.Envelope.IdempotencyKey, Outcome: res.Outcome, As: string(res.Redriven.ID)}
+	return printRedriveOne(e, c, line, dryRun, string(res.Original.Status), string(res.Original.RedrivenTo), "failed and dead-lettered entries")
 }
 
 // redriveEntriesDryRun is redriveDryRun for outbox entries.
 func redriveEntriesDryRun(ctx context.Context, e env, c *common, o *pgstore.Outbox, q ledger.RedriveEntryQuery) error {
 	out := redriveJSON{DryRun: true, Records: []redriveLine{}}
-	lq := ledger.OutboxListQuery{Providers: q.Providers, Statuses: q.Statuses, Limit: ledger.MaxLimit}
+	lq := ledger.OutboxListQuery{Providers: q.Providers, Statuses: q.Statuses, IdempotencyKey: q.IdempotencyKey, Limit: ledger.MaxLimit}
 	if len(lq.Statuses) == 0 {
 		lq.Statuses = []ledger.OutboxStatus{ledger.OutboxStatusFailed, ledger.OutboxStatusDeadLettered}
 	}
@@ -349,7 +408,7 @@ func redriveEntriesDryRun(ctx context.Context, e env, c *common, o *pgstore.Outb
 		}
 		for _, en := range page.Entries {
 			if q.Matches(en) {
-				out.Records = append(out.Records, redriveLine{ID: string(en.ID), As: string(en.RedriveAs(""))})
+				out.Records = append(out.Records, redriveLine{ID: string(en.ID), Key: en.Envelope.IdempotencyKey, As: string(en.RedriveAs(""))})
 			}
 		}
 		out.Count = len(out.Records)

@@ -73,7 +73,7 @@ func TestRedriveByID(t *testing.T) {
 	assert.Zero(t, doc.Count)
 
 	r = f.run("redrive", "open")
-	assert.Equal(t, exitFailed, r.code)
+	assert.Equal(t, exitNotApplied, r.code)
 	assert.Contains(t, r.stderr, "only failed and expired deliveries")
 	r = f.run("redrive", "nope")
 	assert.Equal(t, exitNotFound, r.code)
@@ -183,11 +183,11 @@ func TestOutboxCommands(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ledger.OutboxStatusPending, got.Status)
 
-	r = f.run("outbox", "redrive", failed, "-key", "k-failed-again")
+	r = f.run("outbox", "redrive", failed, "-new-key", "k-failed-again")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, string(ledger.OutboxEntryIDFor("k-failed-again")))
 	r = f.run("outbox", "redrive", pending)
-	assert.Equal(t, exitFailed, r.code)
+	assert.Equal(t, exitNotApplied, r.code)
 	assert.Contains(t, r.stderr, "only failed and dead-lettered entries")
 
 	r = f.run("outbox")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/user"
 	"slices"
 	"strings"
 	"time"
@@ -18,13 +19,30 @@ import (
 	"github.com/leaseledger/ledger/pgstore"
 )
 
-// Exit codes, as the command documentation lists them.
+// Exit codes, the same for every command (exitCodesText).
 const (
-	exitOK       = 0
-	exitFailed   = 1
-	exitUsage    = 2
-	exitNotFound = 3
+	exitOK         = 0
+	exitFailed     = 1
+	exitUsage      = 2
+	exitNotFound   = 3
+	exitNotApplied = 4
 )
+
+// exitCodesText is the table of exit codes, printed by ledgerctl help and
+// by every command's -h, and repeated in the README and the package
+// documentation.
+const exitCodesText = `exit codes, the same for every command:
+  0  done: the command did what it says, or had done it before
+     (a redrive of a record already redriven, as asked)
+  1  failed: connection or store error, unmigrated schema, a value the
+     store refused (an -older-than before 1970, an invisible ID)
+  2  usage error: unknown command, bad flag or argument, a value refused
+     before connecting (list -limit -1)
+  3  not found: no record has the ID (or idempotency key)
+  4  not applied: the record is not in a state the command can change
+     (abandon of an ended delivery, redrive of open or processed work, a
+     new ID already taken); nothing was written, and the message says why
+`
 
 // envDSN names the environment variable -dsn defaults to.
 const envDSN = "LEDGER_DATABASE_URL"
@@ -44,6 +62,9 @@ type env struct {
 	// stops it; it paces the progress of a command whose batches run
 	// inside one library call (progress.go). Nil: no such lines.
 	tick func(d time.Duration) (<-chan time.Time, func())
+	// user names the operating-system user, for the actor of writes
+	// (withOperator); nil: unknown.
+	user func() string
 }
 
 // exitError carries an exit code and the message printed for it.
@@ -62,6 +83,12 @@ func fail(format string, args ...any) error {
 // usage returns an exit-2 error with a formatted message.
 func usage(format string, args ...any) error {
 	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+// notApplied returns an exit-4 error with a formatted message: the call
+// answered an outcome other than Applied or Repeated.
+func notApplied(format string, args ...any) error {
+	return &exitError{code: exitNotApplied, msg: fmt.Sprintf(format, args...)}
 }
 
 // notFound returns an exit-3 error with a formatted message.
@@ -85,17 +112,17 @@ func commands() []command {
 	return []command{
 		{"migrate", "[-print | -status]", "create the schema if missing and apply pending migrations; -print their SQL; -status: the applied and pending versions", setupMigrate},
 		{"list", "[-state S]... [-target T]... [-ceremony C] [-limit N] [-cursor X]", "list one page of deliveries, in ID order", setupList},
-		{"show", "ID", "show one delivery, or the outbox entry with that ID, every field and its history", setupShow},
+		{"show", "ID|KEY", "show one delivery, or the outbox entry with that ID or idempotency key, every field and its history", setupShow},
 		{"stats", "[-target T] [-ceremony C]", "count deliveries by state and cause, the queue's depth and lag, and the outbox", setupStats},
 		{"abandon", "ID -cause KIND [-detail TEXT]", "end one open delivery as expired with -cause", setupAbandon},
 		{"expire-ceremony", "ID -cause KIND [-detail TEXT]", "end every open delivery of the ceremony as expired with -cause", setupExpireCeremony},
 		{"expire", "", "run the expiry sweep once: lapsed leases back to offered, lapsed acknowledgements ended", setupExpire},
-		{"redrive", "ID [-new-id X] | -state S... -target T... -ended-before D|T -all [-dry-run]", "send a failed or expired delivery (or outbox entry) again as a new one, by ID or by filter", setupRedrive},
+		{"redrive", "ID [-new-id X] [-dry-run] | -state S... -target T... -ended-before D|T -all [-dry-run]", "send a failed or expired delivery (or outbox entry) again as a new one, by ID or by filter", setupRedrive},
 		{"purge", "-older-than DURATION|RFC3339 [-dry-run]", "delete deliveries and outbox entries that ended before -older-than", setupPurge},
-		{"outbox list", "[-status S]... [-provider P]... [-limit N] [-cursor X]", "list one page of outbox entries, in ID order", setupOutboxList},
-		{"outbox show", "ID", "show one outbox entry, every field and its history", setupOutboxShow},
+		{"outbox list", "[-status S]... [-provider P]... [-key K] [-limit N] [-cursor X]", "list one page of outbox entries, in ID order", setupOutboxList},
+		{"outbox show", "ID|KEY", "show one outbox entry, by ID or idempotency key, every field and its history", setupOutboxShow},
 		{"outbox stats", "", "count outbox entries by status, and the outbox's depth and lag", setupOutboxStats},
-		{"outbox redrive", "ID [-key K] | -status S... -provider P... -ended-before D|T -all [-dry-run]", "send a failed or dead-lettered entry again as a new one, by ID or by filter", setupOutboxRedrive},
+		{"outbox redrive", "ID|KEY [-new-key K] [-dry-run] | -status S... -provider P... -key K -ended-before D|T -all [-dry-run]", "send a failed or dead-lettered entry again as a new one, by ID or by filter", setupOutboxRedrive},
 		{"serve", "[-addr HOST:PORT] [-allow-writes]", "serve the web console (read-only unless -allow-writes) until interrupted", setupServe},
 		{"version", "", "print the versions of ledgerctl and of the schema it migrates to", setupVersion},
 	}
@@ -117,12 +144,30 @@ common flags, before or after the command: -dsn URL (default $` + envDSN + `),
 -schema NAME (default ` + pgstore.DefaultSchema + `), -json (one JSON document on stdout;
 durations in it are nanoseconds, their keys end in _ns).
 Now is the wall clock of this machine. "ledgerctl help COMMAND" shows a
-command's flags.
+command's flags, "ledgerctl help outbox" the outbox's commands. Writes
+(abandon, expire-ceremony, redrive) are recorded in the history as made by
+"USER via ledgerctl", USER the operating-system user.
 
-exit codes: 0 ok, 1 failed (store or connection error, an ID, -schema or
-cut-off time refused, or a call the store refused), 2 usage error (also a
-flag's value refused before connecting, such as list -limit -1), 3 not found.
-`)
+` + exitCodesText)
+	return b.String()
+}
+
+// groupText is the help of a group of commands (outbox): its commands
+// with what they do, and the exit codes.
+func groupText(word string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: ledgerctl [common flags] %s COMMAND [flags] [ARGS]\n\ncommands:\n", word)
+	for _, c := range commands() {
+		if first, _, ok := strings.Cut(c.name, " "); !ok || first != word {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s", c.name)
+		if c.synopsis != "" {
+			fmt.Fprintf(&b, " %s", c.synopsis)
+		}
+		fmt.Fprintf(&b, "\n      %s\n", c.help)
+	}
+	fmt.Fprintf(&b, "\n\"ledgerctl help %s COMMAND\" shows a command's flags.\n\n%s", word, exitCodesText)
 	return b.String()
 }
 
@@ -137,10 +182,44 @@ type common struct {
 // except the DSN's: the default is read after parsing, not given to the
 // flag package, so that -h never prints a DSN (and its password) from the
 // environment or the command line.
-func (c *common) register(fs *flag.FlagSet) {
+func (c *common) register(fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection URL (default $"+envDSN+")")
 	fs.StringVar(&c.schema, "schema", c.schema, "schema that holds the ledger's tables")
-	fs.BoolVar(&c.json, "json", c.json, "print one JSON document instead of a table")
+	if withJSON {
+		fs.BoolVar(&c.json, "json", c.json, "print one JSON document instead of a table")
+	}
+}
+
+// withOperator returns ctx naming the person at the keyboard as the actor
+// of the writes made with it (ledger.WithActor): "USER via ledgerctl",
+// USER the operating-system user (e.user), so that the history says who
+// abandoned or redrove a record.
+func withOperator(ctx context.Context, e env) context.Context {
+	name := ""
+	if e.user != nil {
+		name = e.user()
+	}
+	if name == "" {
+		name = "unknown user"
+	}
+	if actx, err := ledger.WithActor(ctx, name+" via ledgerctl"); err == nil {
+		return actx
+	}
+	// A user name the ledger cannot record (control characters) is
+	// shown as a name it can.
+	actx, _ := ledger.WithActor(ctx, "unnamed user via ledgerctl")
+	return actx
+}
+
+// osUser is the name of the operating-system user running ledgerctl:
+// the account's name, else $USER.
+func osUser(getenv func(string) string) func() string {
+	return func() string {
+		if u, err := user.Current(); err == nil && u.Username != "" {
+			return u.Username
+		}
+		return getenv("USER")
+	}
 }
 
 // findCommand returns the command args start with and the arguments
@@ -170,7 +249,7 @@ func group(word string) []string {
 // run is the whole program but for the process: it parses args, runs one
 // command and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, getenv: getenv, clock: time.Now, tick: ticker})
+	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, getenv: getenv, clock: time.Now, tick: ticker, user: osUser(getenv)})
 }
 
 // runEnv is run with its surroundings given whole.
@@ -179,7 +258,7 @@ func runEnv(ctx context.Context, args []string, e env) int {
 	pre := flag.NewFlagSet("ledgerctl", flag.ContinueOnError)
 	pre.SetOutput(io.Discard)
 	before := common{schema: pgstore.DefaultSchema}
-	before.register(pre)
+	before.register(pre, true)
 	if err := pre.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(e.stdout, usageText())
@@ -200,6 +279,12 @@ func runEnv(ctx context.Context, args []string, e env) int {
 			if cmd, _ := findCommand(args[1:]); cmd != nil {
 				return runEnv(ctx, append(strings.Fields(cmd.name), "-h"), e)
 			}
+			if len(group(args[1])) > 0 {
+				fmt.Fprint(e.stdout, groupText(args[1]))
+				return exitOK
+			}
+			fmt.Fprintf(e.stderr, "ledgerctl: no command %q\n\n%s", strings.Join(args[1:], " "), usageText())
+			return exitUsage
 		}
 		fmt.Fprint(e.stdout, usageText())
 		return exitOK
@@ -207,6 +292,10 @@ func runEnv(ctx context.Context, args []string, e env) int {
 	cmd, rest := findCommand(args)
 	if cmd == nil && len(args) > 0 {
 		if subs := group(args[0]); len(subs) > 0 {
+			if len(args) > 1 && (args[1] == "-h" || args[1] == "-help" || args[1] == "--help") {
+				fmt.Fprint(e.stdout, groupText(args[0]))
+				return exitOK
+			}
 			fmt.Fprintf(e.stderr, "ledgerctl: %s needs a command: %s\n\n%s", args[0], strings.Join(subs, ", "), usageText())
 			return exitUsage
 		}
@@ -220,7 +309,7 @@ func runEnv(ctx context.Context, args []string, e env) int {
 	fs := flag.NewFlagSet("ledgerctl "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	c := common{schema: before.schema, json: before.json}
-	c.register(fs)
+	c.register(fs, cmd.name != "serve") // serve prints no document
 	exec := cmd.setup(fs, &c)
 	fs.Usage = func() {
 		line := "usage: ledgerctl " + name + " [flags]"
@@ -229,7 +318,7 @@ func runEnv(ctx context.Context, args []string, e env) int {
 		}
 		fmt.Fprintf(fs.Output(), "%s\n\n%s.\n\nflags:\n", line, cmd.help)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nexit codes: 0 ok, 1 failed, 2 usage error, 3 not found.\n")
+		fmt.Fprint(fs.Output(), "\n"+exitCodesText)
 	}
 	pos, err := parseInterspersed(fs, rest)
 	if errors.Is(err, flag.ErrHelp) {
@@ -245,6 +334,7 @@ func runEnv(ctx context.Context, args []string, e env) int {
 	if c.dsn == "" {
 		c.dsn = e.getenv(envDSN)
 	}
+	ctx = withOperator(ctx, e)
 	if err := exec(ctx, e, pos); err != nil {
 		return report(e.stderr, err)
 	}

@@ -114,7 +114,7 @@ func TestServeWritableSignsInWithTheTokenFromTheEnvironment(t *testing.T) {
 	const token = "a-long-enough-console-token"
 	base, stop := serve(t, f, map[string]string{console.TokenEnv: token}, "-allow-writes")
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	res, err := client.PostForm(base+"/login", map[string][]string{"token": {token}})
+	res, err := client.PostForm(base+"/login", map[string][]string{"name": {"alice"}, "token": {token}})
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, http.StatusSeeOther, res.StatusCode)

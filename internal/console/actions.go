@@ -268,12 +268,18 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, s, badf("tick the box to confirm the action"))
 		return
 	}
-	res, err := a.run(ctx, h, r.PostForm)
+	// The history names the operator who signed in (ledger.WithActor).
+	actx, err := ledger.WithActor(ctx, s.name+" via console")
 	if err != nil {
 		h.fail(w, r, s, err)
 		return
 	}
-	h.opts.Logger.Info("console: action", "action", a.name, "result", res.message)
+	res, err := a.run(actx, h, r.PostForm)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.opts.Logger.Info("console: action", "action", a.name, "operator", s.name, "result", res.message)
 	http.Redirect(w, r, withQuery(res.location, "done", h.keys.sealFlash(res.message)), http.StatusSeeOther)
 }
 
@@ -351,9 +357,17 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/login?failed=1", http.StatusSeeOther)
 		return
 	}
+	// The name is who the history says made the operator's changes: it
+	// must be one the ledger can record, with room for " via console".
+	name := strings.TrimSpace(r.PostForm.Get("name"))
+	if len(name) > maxOperatorName || ledger.ValidateName("name", name) != nil {
+		http.Redirect(w, r, "/login?badname=1", http.StatusSeeOther)
+		return
+	}
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
-	sid := hex.EncodeToString(id)
+	sid := hex.EncodeToString(id) + "-" + base64.RawURLEncoding.EncodeToString([]byte(name))
+	h.opts.Logger.Info("console: sign-in", "operator", name, "remote", r.RemoteAddr)
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sid + "." + h.keys.sign("session", sid),
 		Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
@@ -373,9 +387,15 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 // sessionCookie names the cookie of a signed-in operator.
 const sessionCookie = "ledger_console_session"
 
+// maxOperatorName bounds the sign-in name, so that "NAME via console"
+// is a name the ledger records.
+const maxOperatorName = 200
+
 // session is a signed-in operator.
 type session struct {
 	csrf string
+	// name is the name the operator signed in under.
+	name string
 }
 
 // session returns the request's session, nil when the console is
@@ -393,7 +413,13 @@ func (h *Handler) session(r *http.Request) *session {
 	if !ok || !hmac.Equal([]byte(sig), []byte(h.keys.sign("session", sid))) {
 		return nil
 	}
-	return &session{csrf: h.keys.sign("csrf", sid)}
+	// The session ID carries the operator's name, under the signature.
+	_, b64, _ := strings.Cut(sid, "-")
+	name, err := base64.RawURLEncoding.DecodeString(b64)
+	if err != nil || len(name) == 0 {
+		return nil
+	}
+	return &session{csrf: h.keys.sign("csrf", sid), name: string(name)}
 }
 
 // keys holds the console's secret key, random per process: it signs

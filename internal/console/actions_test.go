@@ -18,7 +18,7 @@ func TestAReadOnlyConsoleRefusesEveryWrite(t *testing.T) {
 	c := newClient(t, h)
 	_, body := c.get(pageURL("/delivery", "id", string(d.open)))
 	assert.NotContains(t, body, "<form method=\"post\"", "a read-only console offers no action")
-	status, _, _ := c.post("/login", url.Values{"token": {testToken}})
+	status, _, _ := c.post("/login", url.Values{"name": {"alice"}, "token": {testToken}})
 	assert.Equal(t, http.StatusForbidden, status)
 	status, body, _ = c.post("/act/abandon", url.Values{"id": {string(d.open)}, "cause": {"x"}, "confirm": {"yes"}})
 	assert.Equal(t, http.StatusForbidden, status)

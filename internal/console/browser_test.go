@@ -191,6 +191,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.NoError(t, err, "texts of %s", sel)
 		return v
 	}
+	// fields returns the rows of a record page as "name: value".
+	fields := func() []string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+			`[...document.querySelectorAll("table.fields tr")].map(r => r.querySelector("th").textContent.trim() + ": " + r.querySelector("td").textContent.replace(/\s+/g, " ").trim())`))
+		require.NoError(t, err, "fields")
+		return v
+	}
 	shot := func(name string) {
 		t.Helper()
 		if !*screenshots {
@@ -208,7 +216,64 @@ func TestConsoleInABrowser(t *testing.T) {
 		`[...document.querySelectorAll("figure.chart svg rect.completed")].filter(r => r.getBBox().height > 0).length`))
 	require.NoError(t, err)
 	require.Greater(t, bars, 30, "the chart has a bar for most minutes of the hour")
+	// Its minutes are the clock's, labelled every ten minutes.
+	require.Contains(t, text("figure.chart figcaption"), "2030-01-01 08:31:00Z to 2030-01-01 09:31:00Z")
+	require.Equal(t, []string{"08:40", "08:50", "09:00", "09:10", "09:20", "09:30"}, texts("figure.chart svg text.tick"))
+	// Every target with work waiting, deepest first, from the counts.
+	queued, depths := texts("#queues tbody tr td:nth-child(1)"), texts("#queues tbody tr td:nth-child(2)")
+	require.Subset(t, queued, []string{"host-1", "host-2", "host-3", "host-4", "edge-1"})
+	for i := 1; i < len(depths); i++ {
+		prev, _ := strconv.Atoi(depths[i-1])
+		cur, _ := strconv.Atoi(depths[i])
+		require.GreaterOrEqual(t, prev, cur, "sorted by depth: %q %q", queued, depths)
+	}
 	shot("console-overview.png")
+
+	// Auto-refresh is off unless asked for, then a plain reload.
+	refresh := func() string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector('meta[http-equiv="refresh"]') || {content: ""}).content`))
+		require.NoError(t, err)
+		return v
+	}
+	require.Empty(t, refresh())
+	do("auto-refresh", chromedp.Click(chromedp.CSS(`#refresh a[href="/?refresh=30"]`)), chromedp.WaitVisible(chromedp.CSS(`#refresh strong`)))
+	require.Equal(t, "30", refresh())
+	require.Equal(t, "30 s", text("#refresh strong"))
+
+	// The outbox's overview: its queue by provider.
+	do("outbox overview", chromedp.Navigate(srv.URL+"/outbox"), chromedp.WaitVisible(chromedp.CSS(`#queues`)))
+	require.Subset(t, texts("#queues tbody tr td:nth-child(1)"), []string{"mail"})
+
+	// Found by the key the business knows, from the header's search.
+	do("find by key",
+		chromedp.Navigate(srv.URL+"/entries"),
+		chromedp.SendKeys(chromedp.CSS(`#search input[name="q"]`), "notice-3"),
+		chromedp.Click(chromedp.CSS(`#search button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline`)),
+	)
+	require.Contains(t, fields(), "idempotency key: notice-3")
+	require.Equal(t, "dead_lettered", text("#state"))
+	// Every outbox list shows the key.
+	do("entries", chromedp.Navigate(srv.URL+"/entries?key=notice-3"), chromedp.WaitVisible(chromedp.CSS(`table.records`)))
+	require.Equal(t, []string{"notice-3"}, texts("table.records tbody td.key"))
+
+	// The dead letters say why each ended, and mark what was redriven.
+	do("dead letters", chromedp.Navigate(srv.URL+"/dead"), chromedp.WaitVisible(chromedp.CSS(`#dead-deliveries`)))
+	deadIDs := texts("#dead-deliveries tbody td.id")
+	require.NotEmpty(t, deadIDs)
+	for _, r := range texts("#dead-deliveries tbody td.reason") {
+		require.NotEmpty(t, r, "every dead letter says why it ended")
+	}
+	require.Contains(t, texts("#dead-entries tbody td.key"), "notice-3")
+	require.Contains(t, texts("#dead-entries tbody td.reason"), "permanent bounce")
+	res, err := s.Redrive(ctx, ledger.RedriveRequest{ID: ledger.DeliveryID(deadIDs[0])}, consoleNow)
+	require.NoError(t, err)
+	require.True(t, res.Applied())
+	do("dead letters again", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#dead-deliveries`)))
+	require.Equal(t, "as "+deadIDs[0]+"/redrive", texts("#dead-deliveries tbody td.redriven")[0])
+	do("redriven", chromedp.Click(chromedp.CSS(`#dead-deliveries tbody tr:first-child td.redriven a`)), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	require.Equal(t, "offered", text("#state"))
 
 	// A list, filtered through its form: failed deliveries of host-2.
 	do("filter",
@@ -246,10 +311,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("hostile", chromedp.Navigate(srv.URL+pageURL("/delivery", "id", string(d.hostile))), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
 	do("hostile entries", chromedp.Navigate(srv.URL+"/entries"), chromedp.WaitVisible(chromedp.CSS(`table.records`)))
 
-	// Sign in, abandon an open delivery, and see it ended.
+	// An item page shows its metadata.
+	do("metadata", chromedp.Navigate(srv.URL+pageURL("/delivery", "id", string(d.open))), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	require.Contains(t, fields(), "metadata tenant: acme")
+
+	// Sign in, abandon an open delivery, and see it ended, by whom.
 	do("sign in",
 		chromedp.Navigate(srv.URL+"/login"),
 		chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="name"]`), "alice"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), testToken),
 		chromedp.Click(chromedp.CSS(`form[action="/login"] button`)),
 		chromedp.WaitVisible(chromedp.CSS(`.badge.writable`)),
@@ -263,7 +333,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("abandon %s: applied; it is now expired (abandoned_by_operator)", d.open), text(".flash"))
 	require.Equal(t, "expired", text("#state"))
 	steps = texts("#timeline li")
-	require.Contains(t, steps[len(steps)-1], "abandon leased → expired abandoned_by_operator")
+	require.Contains(t, steps[len(steps)-1], "abandon leased → expired by alice via console abandoned_by_operator")
 	got, err := s.Get(ctx, d.open)
 	require.NoError(t, err)
 	require.Equal(t, ledger.DeliveryStateExpired, got.State, "the library's own Abandon ended it")

@@ -9,7 +9,9 @@ import (
 
 // This file draws the overview's chart: completions and failures per
 // minute over the last hour, as an inline SVG whose every number is
-// computed here. It counts the endings one bounded read returned (see
+// computed here. Its buckets are whole minutes of the clock (15:04:00 to
+// 15:05:00), the last one the minute now is in, so that a bar means the
+// same minute on every reload; a time axis labels every tenth minute. It counts the endings one bounded read returned (see
 // ledger.EndedLister); when the read was cut by its limit, the minutes
 // before the earliest ending it returned are drawn as unknown and the
 // page says the view is partial.
@@ -25,7 +27,22 @@ const (
 	chartWidth   = 720
 	chartHeight  = 160
 	chartBar     = chartWidth / chartBuckets
+	// chartAxis is the height below the bars that holds the time axis.
+	chartAxis = 18
 )
+
+// chartWindow returns the chart's hour at now: [since, until), whole
+// minutes, until the end of the minute now is in.
+func chartWindow(now time.Time) (since, until time.Time) {
+	until = now.UTC().Truncate(time.Minute).Add(time.Minute)
+	return until.Add(-chartSpan), until
+}
+
+// tickView is one label of the time axis.
+type tickView struct {
+	X     int
+	Label string
+}
 
 // ending is one record's end as the chart counts it: when, for which
 // target or provider, and whether it completed.
@@ -41,7 +58,10 @@ type ending struct {
 // chartView is the chart and its legend as the template prints them.
 type chartView struct {
 	Width, Height int
-	Bars          []barView
+	// FullHeight is Height plus the axis; AxisY where its labels sit.
+	FullHeight, AxisY int
+	Ticks             []tickView
+	Bars              []barView
 	// Unknown is the part of the hour the read did not reach, when the
 	// view is partial: X and Width of a shaded rectangle.
 	Unknown          *barView
@@ -71,18 +91,26 @@ type keyCount struct {
 }
 
 // newChart counts ends (latest first, as the read returns them) into the
-// minutes of [until-chartSpan, until). full says the read was cut by its
-// limit.
-func newChart(ends []ending, until time.Time, full bool) chartView {
-	since := until.Add(-chartSpan)
-	v := chartView{Width: chartWidth, Height: chartHeight, Since: fmtTime(since), Until: fmtTime(until), Counted: len(ends)}
+// minutes of the chart's hour at now (chartWindow). full says the read
+// was cut by its limit.
+func newChart(ends []ending, now time.Time, full bool) chartView {
+	since, until := chartWindow(now)
+	v := chartView{Width: chartWidth, Height: chartHeight, FullHeight: chartHeight + chartAxis, AxisY: chartHeight + chartAxis - 4,
+		Since: fmtTime(since), Until: fmtTime(until), Counted: len(ends)}
+	for i := range chartBuckets {
+		if m := since.Add(time.Duration(i) * time.Minute); m.Minute()%10 == 0 {
+			v.Ticks = append(v.Ticks, tickView{X: i * chartBar, Label: m.Format("15:04")})
+		}
+	}
 	var done, failed, expired [chartBuckets]int
 	keys := map[string]*keyCount{}
 	for _, e := range ends {
-		i := int(e.at.Sub(since) / (chartSpan / chartBuckets))
-		if i < 0 || i >= chartBuckets {
+		// Before since, the division would round a part of a minute
+		// towards zero, into the first bucket: compare the times.
+		if e.at.Before(since) || !e.at.Before(until) {
 			continue
 		}
+		i := int(e.at.Sub(since) / (chartSpan / chartBuckets))
 		k := keys[e.key]
 		if k == nil {
 			k = &keyCount{Key: e.key}

@@ -14,10 +14,14 @@
 //
 // Every page is a GET that is safe to reload and makes at most two calls
 // to the store, each bounded (a page, a limit): see pgstore's
-// TestExplainConsoleReads. Every write is a POST form carrying a CSRF
+// TestExplainConsoleReads. A page reloads itself only when the operator
+// asks (?refresh=10, 30 or 60: a meta refresh, no script). The search
+// (GET /find) takes an ID or an outbox entry's idempotency key. Every write is a POST form carrying a CSRF
 // token, made only when the console was built writable and the operator
-// signed in with its token, through the library's own calls; it
-// redirects to a GET page that shows the outcome the call answered.
+// signed in with its token and a name, through the library's own calls,
+// recorded in the history as made by "NAME via console"
+// (ledger.WithActor); it redirects to a GET page that shows the outcome
+// the call answered.
 //
 // A record's lease or claim token is never rendered: the views the
 // templates receive have no field for it.
@@ -32,6 +36,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,6 +138,7 @@ func (h *Handler) routes() {
 	h.page("GET /entry", h.entry)
 	h.page("GET /dead", h.deadLetters)
 	h.page("GET /login", h.loginForm)
+	h.mux.HandleFunc("GET /find", h.find)
 	h.mux.HandleFunc("POST /login", h.login)
 	h.mux.HandleFunc("POST /logout", h.logout)
 	h.mux.HandleFunc("POST /act/{action}", h.act)
@@ -183,6 +190,51 @@ type frame struct {
 	Flash    string
 	Path     string
 	Page     any
+	// Operator is the signed-in operator's name.
+	Operator string
+	// Refresh is the page's auto-refresh period in seconds, 0 for none
+	// (the default: a page reloads only when asked to); RefreshLinks
+	// turn it on or off.
+	Refresh      int
+	RefreshLinks []refreshLink
+}
+
+// refreshPeriods are the auto-refresh periods a page offers, in seconds.
+var refreshPeriods = []int{10, 30, 60}
+
+// refreshLink is one choice of auto-refresh in the footer.
+type refreshLink struct {
+	Label, Link string
+	Current     bool
+}
+
+// refreshOf reads the page's opt-in auto-refresh, ?refresh=SECONDS, one
+// of refreshPeriods (anything else is off), and the links that change
+// it, keeping the rest of the query. A refresh is a plain reload of the
+// same GET (a meta refresh: no script), which every page allows.
+func refreshOf(r *http.Request) (int, []refreshLink) {
+	q := r.URL.Query()
+	cur, _ := strconv.Atoi(q.Get("refresh"))
+	if !slices.Contains(refreshPeriods, cur) {
+		cur = 0
+	}
+	q.Del("done") // an action's message is shown once
+	link := func(period int) string {
+		if period == 0 {
+			q.Del("refresh")
+		} else {
+			q.Set("refresh", strconv.Itoa(period))
+		}
+		if len(q) == 0 {
+			return r.URL.Path
+		}
+		return r.URL.Path + "?" + q.Encode()
+	}
+	links := []refreshLink{{Label: "off", Link: link(0), Current: cur == 0}}
+	for _, p := range refreshPeriods {
+		links = append(links, refreshLink{Label: strconv.Itoa(p) + " s", Link: link(p), Current: cur == p})
+	}
+	return cur, links
 }
 
 // render writes page name with data inside the layout. The template runs
@@ -205,7 +257,10 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, s *
 		Page:     data,
 	}
 	if s != nil {
-		f.CSRF = s.csrf
+		f.CSRF, f.Operator = s.csrf, s.name
+	}
+	if status == http.StatusOK {
+		f.Refresh, f.RefreshLinks = refreshOf(r)
 	}
 	var b strings.Builder
 	if err := t.ExecuteTemplate(&b, "layout", f); err != nil {

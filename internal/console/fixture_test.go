@@ -79,7 +79,7 @@ func fill(t testing.TB, ctx context.Context, l ledger.Ledger, outbox ledger.Clai
 	}
 	for i := range 5 {
 		enqueue(ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("open-%03d", i)), Target: "edge-1", Ceremony: d.ceremony,
-			Payload: []byte("plain text payload")}, t0)
+			Payload: []byte("plain text payload"), Metadata: ledger.Metadata{"tenant": "acme", "note": hostileText}}, t0)
 	}
 	enqueue(ledger.EnqueueRequest{ID: d.hostile, Target: hostileTarget, Ceremony: `<b>cer</b>`, Payload: []byte(hostileText)}, t0)
 	enqueue(ledger.EnqueueRequest{ID: "binary", Target: "edge-2", Payload: []byte{0, 1, 2, '<', 's', 0xff, 0xfe}}, t0)
@@ -204,7 +204,7 @@ func (c *client) read(res *http.Response) (int, string) {
 // session, read from a page's form.
 func (c *client) signIn(token string) string {
 	c.t.Helper()
-	status, _, loc := c.post("/login", url.Values{"token": {token}})
+	status, _, loc := c.post("/login", url.Values{"name": {"alice"}, "token": {token}})
 	require.Equal(c.t, http.StatusSeeOther, status)
 	require.Equal(c.t, "/", loc)
 	_, body := c.get("/")

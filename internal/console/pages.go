@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -30,10 +31,25 @@ type countView struct {
 	Link  string
 }
 
+// queueView is one target's (or provider's) open work in an overview:
+// what waits for it now and for how long.
+type queueView struct {
+	Key, Link   string
+	Depth       int64
+	Lag, Oldest string
+}
+
+// sortQueues orders the queues deepest first, then by name: the target
+// that backs up comes first.
+func sortQueues(qs []queueView) {
+	slices.SortFunc(qs, func(a, b queueView) int { return cmp.Or(cmp.Compare(b.Depth, a.Depth), cmp.Compare(a.Key, b.Key)) })
+}
+
 // overviewPage is the data of the deliveries' overview.
 type overviewPage struct {
 	Target, Ceremony     string
 	Counts, Causes       []countView
+	Queues               []queueView
 	Depth                int64
 	Oldest, Lag          string
 	NoStats, NoChart     bool
@@ -59,6 +75,13 @@ func (h *Handler) overview(ctx context.Context, r *http.Request, _ *session) (st
 			p.Causes = append(p.Causes, countView{Name: string(k), Count: st.ByCause[k]})
 		}
 		p.Depth, p.Oldest, p.Lag = st.Depth, fmtTime(st.OldestAvailableAt), lagText(st.Lag, st.Depth)
+		// The same call's breakdown: every target with work waiting,
+		// whether or not anything of it ended in the chart's hour.
+		for t, q := range st.ByTarget {
+			p.Queues = append(p.Queues, queueView{Key: string(t), Depth: q.Depth, Lag: lagText(q.Lag, q.Depth), Oldest: fmtTime(q.OldestAvailableAt),
+				Link: listURL("/deliveries", "target", string(t), "state", "offered,leased")})
+		}
+		sortQueues(p.Queues)
 	} else {
 		p.NoStats = true
 	}
@@ -67,7 +90,8 @@ func (h *Handler) overview(ctx context.Context, r *http.Request, _ *session) (st
 		p.NoChart = true
 		return "overview", p, nil
 	}
-	ends, err := el.ListEnded(ctx, ledger.EndedQuery{Since: now.Add(-chartSpan), Until: now, Limit: chartLimit})
+	since, _ := chartWindow(now)
+	ends, err := el.ListEnded(ctx, ledger.EndedQuery{Since: since, Until: now, Limit: chartLimit})
 	if err != nil {
 		return "", nil, err
 	}
@@ -92,6 +116,7 @@ func (h *Handler) overview(ctx context.Context, r *http.Request, _ *session) (st
 type outboxOverviewPage struct {
 	NoOutbox, NoStats, NoChart bool
 	Counts                     []countView
+	Queues                     []queueView
 	Depth                      int64
 	Oldest, Lag                string
 	Chart                      chartView
@@ -113,6 +138,11 @@ func (h *Handler) outboxOverview(ctx context.Context, _ *http.Request, _ *sessio
 			p.Counts = append(p.Counts, countView{Name: string(s), Count: st.ByStatus[s], Link: listURL("/entries", "status", string(s))})
 		}
 		p.Depth, p.Oldest, p.Lag = st.Depth, fmtTime(st.OldestDueAt), lagText(st.Lag, st.Depth)
+		for pr, q := range st.ByProvider {
+			p.Queues = append(p.Queues, queueView{Key: pr, Depth: q.Depth, Lag: lagText(q.Lag, q.Depth), Oldest: fmtTime(q.OldestDueAt),
+				Link: listURL("/entries", "provider", pr, "status", "pending,retry_scheduled,deferred")})
+		}
+		sortQueues(p.Queues)
 	} else {
 		p.NoStats = true
 	}
@@ -121,7 +151,8 @@ func (h *Handler) outboxOverview(ctx context.Context, _ *http.Request, _ *sessio
 		p.NoChart = true
 		return "outbox", p, nil
 	}
-	ends, err := el.ListEndedEntries(ctx, ledger.EndedQuery{Since: now.Add(-chartSpan), Until: now, Limit: chartLimit})
+	since, _ := chartWindow(now)
+	ends, err := el.ListEndedEntries(ctx, ledger.EndedQuery{Since: since, Until: now, Limit: chartLimit})
 	if err != nil {
 		return "", nil, err
 	}
@@ -144,7 +175,10 @@ type choiceView struct {
 // rowsView is a table of deliveries or outbox entries.
 type rowsView struct {
 	Entries bool // outbox entries, else deliveries
-	Rows    []rowView
+	// Dead adds the columns of the dead letters: why each record ended,
+	// and the record a redrive made of it.
+	Dead bool
+	Rows []rowView
 }
 
 // listPage is the data of a list of deliveries or outbox entries.
@@ -152,10 +186,12 @@ type listPage struct {
 	rowsView
 	Choices               []choiceView
 	Keys, Ceremony, Limit string
-	Next, First           string
-	Filtered              bool
-	Unsupported           string
-	Actions               []actionView
+	// IdemKey is the outbox list's idempotency key filter.
+	IdemKey     string
+	Next, First string
+	Filtered    bool
+	Unsupported string
+	Actions     []actionView
 }
 
 func (h *Handler) deliveries(ctx context.Context, r *http.Request, s *session) (string, any, error) {
@@ -205,19 +241,20 @@ func (h *Handler) entries(ctx context.Context, r *http.Request, _ *session) (str
 	if err != nil {
 		return "", nil, err
 	}
-	oq := ledger.OutboxListQuery{Statuses: statuses, Providers: splitList(q["provider"]), Limit: limit, Cursor: q.Get("cursor")}
+	oq := ledger.OutboxListQuery{Statuses: statuses, Providers: splitList(q["provider"]), IdempotencyKey: strings.TrimSpace(q.Get("key")),
+		Limit: limit, Cursor: q.Get("cursor")}
 	page, err := lister.ListEntries(ctx, oq)
 	if err != nil {
 		return "", nil, err
 	}
-	p.Keys, p.Limit = strings.Join(oq.Providers, ", "), strconv.Itoa(limit)
+	p.Keys, p.IdemKey, p.Limit = strings.Join(oq.Providers, ", "), oq.IdempotencyKey, strconv.Itoa(limit)
 	for _, s := range ledger.OutboxStatuses() {
 		p.Choices = append(p.Choices, choiceView{Name: string(s), Checked: slices.Contains(statuses, s)})
 	}
 	for _, e := range page.Entries {
 		p.Rows = append(p.Rows, entryRow(e))
 	}
-	p.Filtered = len(statuses) > 0 || len(oq.Providers) > 0
+	p.Filtered = len(statuses) > 0 || len(oq.Providers) > 0 || oq.IdempotencyKey != ""
 	p.First, p.Next = pageLinks(r.URL, "cursor", page.Next)
 	return "list", p, nil
 }
@@ -239,7 +276,7 @@ var (
 
 func (h *Handler) deadLetters(ctx context.Context, r *http.Request, _ *session) (string, any, error) {
 	q := r.URL.Query()
-	p := deadPage{Entries: rowsView{Entries: true}}
+	p := deadPage{Deliveries: rowsView{Dead: true}, Entries: rowsView{Entries: true, Dead: true}}
 	page, err := h.l.List(ctx, ledger.ListQuery{States: deadStates, Limit: defaultPage, Cursor: q.Get("dcursor")})
 	if err != nil {
 		return "", nil, err
@@ -341,10 +378,73 @@ func notFound(what, id string) error {
 	return &notFoundError{what: what, id: id}
 }
 
-type notFoundError struct{ what, id string }
+type notFoundError struct {
+	what, id string
+	orKey    bool // nothing has it as its idempotency key either
+}
 
-func (e *notFoundError) Error() string { return "no " + e.what + " has ID " + strconv.Quote(e.id) }
+func (e *notFoundError) Error() string {
+	if e.orKey {
+		return "no " + e.what + " has ID or idempotency key " + strconv.Quote(e.id)
+	}
+	return "no " + e.what + " has ID " + strconv.Quote(e.id)
+}
 func (e *notFoundError) Unwrap() error { return ledger.ErrNotFound }
+
+// find serves GET /find?q=ID-or-key: the search of the header and of
+// the lists. It redirects to the delivery with that ID, else to the
+// outbox entry with that ID, else to the one enqueued with that
+// idempotency key (the name the business knows it by), and answers the
+// not-found page when none has it. Each lookup is one indexed read.
+func (h *Handler) find(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+	defer cancel()
+	s := h.session(r)
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" {
+		h.fail(w, r, s, badf("type an ID or an idempotency key to find"))
+		return
+	}
+	loc, err := h.lookup(ctx, q)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, loc, http.StatusSeeOther)
+}
+
+// lookup returns the page of the record whose ID or idempotency key is q.
+func (h *Handler) lookup(ctx context.Context, q string) (string, error) {
+	if ledger.ValidateGet(q) != nil {
+		return "", badf("%q is not an ID or a key: IDs and keys are 1 to 255 bytes of visible text", q)
+	}
+	_, err := h.l.Get(ctx, ledger.DeliveryID(q))
+	switch {
+	case err == nil:
+		return listURL("/delivery", "id", q), nil
+	case !errors.Is(err, ledger.ErrNotFound):
+		return "", err
+	}
+	if h.outbox != nil {
+		_, err := h.outbox.FindByID(ctx, ledger.OutboxEntryID(q))
+		switch {
+		case err == nil:
+			return listURL("/entry", "id", q), nil
+		case !errors.Is(err, ledger.ErrNotFound):
+			return "", err
+		}
+		if lister, ok := h.outbox.(ledger.OutboxLister); ok {
+			page, err := lister.ListEntries(ctx, ledger.OutboxListQuery{IdempotencyKey: q, Limit: 1})
+			if err != nil {
+				return "", err
+			}
+			if len(page.Entries) > 0 {
+				return listURL("/entry", "id", string(page.Entries[0].ID)), nil
+			}
+		}
+	}
+	return "", &notFoundError{what: "delivery or outbox entry", id: q, orKey: true}
+}
 
 func requireID(r *http.Request) (string, error) {
 	id := r.URL.Query().Get("id")
@@ -442,9 +542,9 @@ func sortedKeys[K ~string, V any](m map[K]V) []K {
 
 // loginPage is the data of the sign-in page.
 type loginPage struct {
-	Failed bool
+	Failed, BadName bool
 }
 
 func (h *Handler) loginForm(_ context.Context, r *http.Request, _ *session) (string, any, error) {
-	return "login", loginPage{Failed: r.URL.Query().Get("failed") != ""}, nil
+	return "login", loginPage{Failed: r.URL.Query().Get("failed") != "", BadName: r.URL.Query().Get("badname") != ""}, nil
 }

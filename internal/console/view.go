@@ -117,22 +117,86 @@ type deliveryView struct {
 // rowView is one line of a list of deliveries or entries.
 type rowView struct {
 	ID, State, Key, Ceremony, Attempts, Available, Updated, Ended string
+	// IdemKey is an outbox entry's idempotency key.
+	IdemKey string
+	// Reason is why the record ended badly: its cause, its last failure
+	// or its dead-letter reason; shown in the dead letters.
+	Reason string
+	// RedrivenTo and RedrivenLink name the record a redrive made of this
+	// one, if any.
+	RedrivenTo, RedrivenLink string
+}
+
+// available prints when a record is next offered (claimed), or "-" when
+// it is not waiting for that: an ended record keeps its last time, which
+// may lie in the future (a retry scheduled, then abandoned) and reads as
+// a promise.
+func available(t time.Time, waiting bool) string {
+	if !waiting {
+		return "-"
+	}
+	return fmtTime(t)
 }
 
 func deliveryRow(d ledger.Delivery) rowView {
-	return rowView{
+	v := rowView{
 		ID: string(d.ID), State: string(d.State), Key: string(d.Target), Ceremony: string(d.Ceremony),
 		Attempts:  fmt.Sprintf("%d/%d", d.Attempts, d.Policy.MaxAttempts),
-		Available: fmtTime(d.AvailableAt), Updated: fmtTime(d.UpdatedAt), Ended: fmtTime(d.EndedAt),
+		Available: available(d.AvailableAt, d.State == ledger.DeliveryStateOffered || d.State == ledger.DeliveryStateLeased),
+		Updated:   fmtTime(d.UpdatedAt), Ended: fmtTime(d.EndedAt),
 	}
+	switch {
+	case d.Cause != nil:
+		v.Reason = joinReason(string(d.Cause.Kind), d.Cause.Detail)
+	case d.LastFailure != nil:
+		v.Reason = joinReason(string(d.LastFailure.Kind), d.LastFailure.Message)
+	}
+	if d.RedrivenTo != "" {
+		v.RedrivenTo, v.RedrivenLink = string(d.RedrivenTo), listURL("/delivery", "id", string(d.RedrivenTo))
+	}
+	return v
 }
 
 func entryRow(e ledger.OutboxEntry) rowView {
-	return rowView{
+	v := rowView{
 		ID: string(e.ID), State: string(e.Status), Key: e.Envelope.Provider, Ceremony: e.Envelope.Kind,
-		Attempts:  strconv.Itoa(e.Attempts),
-		Available: fmtTime(e.NextAttemptAt), Updated: fmtTime(e.UpdatedAt), Ended: fmtTime(e.EndedAt),
+		IdemKey: e.Envelope.IdempotencyKey, Attempts: strconv.Itoa(e.Attempts),
+		Available: available(e.NextAttemptAt, !e.Status.Terminal()), Updated: fmtTime(e.UpdatedAt), Ended: fmtTime(e.EndedAt),
 	}
+	switch {
+	case e.DeadLetterReason != "":
+		v.Reason = e.DeadLetterReason
+	case e.LastError != nil:
+		v.Reason = joinReason(e.LastError.Code, e.LastError.Message)
+	}
+	if e.RedrivenTo != "" {
+		v.RedrivenTo, v.RedrivenLink = string(e.RedrivenTo), listURL("/entry", "id", string(e.RedrivenTo))
+	}
+	return v
+}
+
+// joinReason prints "kind: text", or the one that is set.
+func joinReason(kind, text string) string {
+	switch {
+	case kind == "":
+		return text
+	case text == "":
+		return kind
+	}
+	return kind + ": " + text
+}
+
+// metadataFields returns one field per metadata key, in key order:
+// "metadata traceparent" and its value.
+func metadataFields(md ledger.Metadata) []field {
+	var out []field
+	for _, k := range sortedKeys(md) {
+		out = append(out, field{Name: "metadata " + k, Value: md[k]})
+	}
+	if len(out) == 0 {
+		out = append(out, field{Name: "metadata", Value: "-"})
+	}
+	return out
 }
 
 func newDeliveryView(d ledger.Delivery, now time.Time, forceHex bool) deliveryView {
@@ -154,10 +218,15 @@ func newDeliveryView(d ledger.Delivery, now time.Time, forceHex bool) deliveryVi
 	} else {
 		add("ceremony", "-")
 	}
+	v.Fields = append(v.Fields, metadataFields(d.Metadata)...)
 	p := d.Policy
 	add("policy", fmt.Sprintf("max attempts %d, backoff %s..%s, ack window %s", p.MaxAttempts, p.BackoffBase, p.BackoffMax, p.AckWindow))
 	add("attempts", fmt.Sprintf("%d of %d", d.Attempts, p.MaxAttempts))
-	add("available at", fmtExact(d.AvailableAt)+" ("+fmtAge(d.AvailableAt, now)+")")
+	if d.State == ledger.DeliveryStateOffered || d.State == ledger.DeliveryStateLeased {
+		add("available at", fmtExact(d.AvailableAt)+" ("+fmtAge(d.AvailableAt, now)+")")
+	} else {
+		add("available at", "- (not waiting to be offered)")
+	}
 	add("lease seq", strconv.FormatInt(d.LeaseSeq, 10))
 	if l := d.Lease; l != nil {
 		state := "in force"
@@ -225,8 +294,13 @@ func newEntryView(e ledger.OutboxEntry, now time.Time, forceHex bool) entryView 
 	v.Fields = append(v.Fields, field{Name: "provider", Value: e.Envelope.Provider, Link: listURL("/entries", "provider", e.Envelope.Provider)})
 	add("kind", e.Envelope.Kind)
 	add("idempotency key", e.Envelope.IdempotencyKey)
+	v.Fields = append(v.Fields, metadataFields(e.Envelope.Metadata)...)
 	add("attempts", strconv.Itoa(e.Attempts))
-	add("next attempt at", fmtExact(e.NextAttemptAt))
+	if e.Status.Terminal() {
+		add("next attempt at", "-")
+	} else {
+		add("next attempt at", fmtExact(e.NextAttemptAt))
+	}
 	if le := e.LastError; le != nil {
 		add("last error", fmt.Sprintf("%s: %s", orDash(le.Code), orDash(le.Message)))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -15,7 +16,86 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leaseledger/ledger"
+	ledgerotel "github.com/leaseledger/ledger/otel"
+	"github.com/leaseledger/ledger/pgstore/pgstoretest"
 )
+
+// TestMain gives TestServesADatabase its database: the server named by
+// LEDGER_TEST_DATABASE_URL, or a throwaway cluster (see pgstoretest).
+func TestMain(m *testing.M) { pgstoretest.Main(m) }
+
+// TestServesADatabase runs the program with -dsn and -schema on a
+// migrated PostgreSQL ledger holding queued work, and reads its depth,
+// lag and counts at /metrics; a schema that was never migrated fails it
+// at once.
+func TestServesADatabase(t *testing.T) {
+	store, pool := pgstoretest.New(t)
+	ctx := t.Context()
+	now := time.Now()
+	for i, target := range []ledger.Target{"host-1", "host-1", "host-2"} {
+		_, err := store.Enqueue(ctx, ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d-%d", i)), Target: target}, now)
+		require.NoError(t, err)
+	}
+	_, err := store.Outbox().Enqueue(ctx, ledger.Envelope{Provider: "mail", Kind: "welcome", IdempotencyKey: "k-1"})
+	require.NoError(t, err)
+	dsn := pool.Config().ConnString()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- runDatabase(runCtx, ln, dsn, store.Schema()) }()
+	body := scrape(t, ln.Addr().String(), []string{
+		`leaseledger_delivery_depth{messaging_destination_name="host-1",`,
+		`leaseledger_outbox_depth{messaging_destination_name="mail",`,
+		`leaseledger_delivery_records{leaseledger_delivery_state="offered",`,
+	})
+	assert.Regexp(t, `leaseledger_delivery_depth\{messaging_destination_name="host-1",[^}]*\} 2\n`, body)
+	assert.Regexp(t, `leaseledger_delivery_depth\{messaging_destination_name="host-2",[^}]*\} 1\n`, body)
+	assert.Contains(t, body, `otel_scope_version="`+ledgerotel.Version+`"`)
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the program did not stop")
+	}
+
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln2.Close()
+	err = runDatabase(ctx, ln2, dsn, "never_migrated")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "never_migrated")
+}
+
+// scrape reads /metrics at addr until it holds every string of want, or
+// 20 s have passed, and returns the last body.
+func scrape(t *testing.T, addr string, want []string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	var body string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := client.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		body = string(b)
+		if containsAll(body, want) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling a live server: it runs on the wall clock
+	}
+	for _, w := range want {
+		assert.Contains(t, body, w)
+	}
+	return body
+}
 
 // TestServesMetrics runs the program on a loopback port until /metrics
 // shows the events, the durations and the gauges, checks them against the
@@ -40,10 +120,19 @@ func TestServesMetrics(t *testing.T) {
 		`leaseledger_outbox_events_total{`,
 		`leaseledger_event="delivered"`,
 		`messaging_destination_name="mail"`,
-		`leaseledger_outbox_emit_duration_seconds_bucket{`,
+		`messaging_process_duration_seconds_bucket{`,
+		`messaging_operation_name="emit"`,
+		`messaging_operation_name="handle"`,
+		`error_type="_OTHER"`,
+		`messaging_client_consumed_messages_total{`,
+		`messaging_operation_name="claim"`,
+		`messaging_operation_name="lease"`,
+		`leaseledger_sweep_events_total{`,
+		`leaseledger_sweep_job="dispatch.sweep.expire"`,
+		`leaseledger_sweep_records_total{`,
+		`otel_scope_version="` + ledgerotel.Version + `"`,
 		`leaseledger_outbox_completion_latency_seconds_count{`,
 		`leaseledger_delivery_events_total{`,
-		`leaseledger_delivery_handle_duration_seconds_bucket{`,
 		`leaseledger_delivery_completion_latency_seconds_sum{`,
 		`leaseledger_delivery_depth{messaging_destination_name="host-1",`,
 		`leaseledger_delivery_lag_seconds{`,
@@ -101,8 +190,8 @@ type family struct {
 var exporterLabels = map[string]bool{"otel_scope_name": true, "otel_scope_version": true, "otel_scope_schema_url": true, "le": true}
 
 // optionalLabels are in the README's table but not served by this
-// program (as metric/label); none today.
-var optionalLabels = map[string]bool{}
+// program (as metric/label): its sweeps never fail.
+var optionalLabels = map[string]bool{"leaseledger_sweep_events_total/error_type": true}
 
 // checkReadmeTable checks the metrics table of the module's README
 // against what /metrics served: the same metric names, each of the
@@ -138,7 +227,7 @@ var (
 func readmeFamilies(md string) map[string]family {
 	out := map[string]family{}
 	for line := range strings.Lines(md) {
-		if !strings.HasPrefix(line, "| `leaseledger_") {
+		if !strings.HasPrefix(line, "| `leaseledger_") && !strings.HasPrefix(line, "| `messaging_") {
 			continue
 		}
 		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
@@ -157,18 +246,24 @@ func readmeFamilies(md string) map[string]family {
 	return out
 }
 
-// servedFamilies reads the leaseledger_ families of a /metrics body: the
+// ours reports whether a metric name (or a line that starts with one) is
+// one of ledgerotel's: its own, or the messaging conventions' it uses.
+func ours(name string) bool {
+	return strings.HasPrefix(name, "leaseledger_") || strings.HasPrefix(name, "messaging_")
+}
+
+// servedFamilies reads the leaseledger_ and messaging_ families of a /metrics body: the
 // type of each from its TYPE line, and the labels of all its series.
 func servedFamilies(body string) map[string]family {
 	out := map[string]family{}
 	for line := range strings.Lines(body) {
-		if rest, ok := strings.CutPrefix(line, "# TYPE leaseledger_"); ok {
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok && ours(rest) {
 			name, typ, _ := strings.Cut(strings.TrimSpace(rest), " ")
-			out["leaseledger_"+name] = family{typ: typ, labels: map[string]bool{}}
+			out[name] = family{typ: typ, labels: map[string]bool{}}
 		}
 	}
 	for line := range strings.Lines(body) {
-		if !strings.HasPrefix(line, "leaseledger_") {
+		if !ours(line) {
 			continue
 		}
 		series, labels, _ := strings.Cut(line, "{")
