@@ -280,9 +280,11 @@ type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, l
 func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id ledger.OutboxEntryID, apply claimApply) (ledger.OutboxResult, error) {
 	s := o.s
 	var res ledger.OutboxResult
+	var before int64 // the version the write found
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		res = ledger.OutboxResult{}
 		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(id)))
+		before = old.Version
 		if noRows(err) {
 			res.Outcome = ledger.OutcomeNotFound
 			return false, nil
@@ -298,6 +300,10 @@ func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id le
 		res = ledger.OutboxResult{Outcome: outcome, Entry: e}
 		return true, s.writeEntry(ctx, tx, entryChangeOf(h, old, e))
 	})
+	if err != nil && res.Applied() && s.held != nil {
+		// The commit's outcome may be unknown: the row tells.
+		err = settleAlone(ctx, s, s.held.entries.kind, string(id), before, res.Entry, err)
+	}
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}

@@ -26,6 +26,8 @@ type recordKind[R any] struct {
 	columns func(R) ([]column, error)
 	history string // inserts the history entries (historyRows.queue)
 	clone   func(R) R
+	// stamp identifies a write of a record (settle.go).
+	stamp func(R) stamp
 }
 
 // lockOrder makes a locking read by id = ANY lock in ID order, as every
@@ -48,6 +50,7 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 		},
 		history: q.insertDeliveryHistory,
 		clone:   ledger.Delivery.Clone,
+		stamp:   deliveryStamp,
 	}
 }
 
@@ -67,6 +70,7 @@ func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] 
 		},
 		history: q.insertEntryHistory,
 		clone:   ledger.OutboxEntry.Clone,
+		stamp:   entryStamp,
 	}
 }
 
@@ -140,6 +144,13 @@ func queueWrites[R any](s *Store, g *groupRecords[R], counts counter[R], w *grou
 	}
 	hist.queue(w.b, g.kind.history)
 	counts.queue(w.counts, s.q, false)
+	first := g.changes[0]
+	id := g.kind.id(first.after)
+	before, wrote := g.kind.stamp(first.before).version, g.kind.stamp(g.byID[id])
+	w.settle = func(ctx context.Context) commitVerdict {
+		_, v := settleCommit(ctx, s, g.kind, id, before, wrote)
+		return v
+	}
 	return nil
 }
 

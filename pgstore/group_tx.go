@@ -158,6 +158,10 @@ type groupWrites struct {
 	// check checks the command tag of statement i of b.
 	check  func(i int, tag pgconn.CommandTag) error
 	counts *pgx.Batch
+	// settle judges the commit when its outcome is unknown, by reading
+	// one row the group wrote (settle.go): a transaction commits all its
+	// rows or none, so one row tells for every call.
+	settle func(ctx context.Context) commitVerdict
 }
 
 // groupConn is the connection one attempt of a group transaction runs on.
@@ -224,11 +228,12 @@ var errRolledBack = errors.New("group transaction rolled back at commit")
 // groupAttempt runs one attempt of a group transaction on a connection
 // of its own: decide (which locks and reads, through c.lock, and decides
 // in Go) returns what to write, nil for nothing. committing reports that
-// COMMIT was sent and its outcome is not known to have failed.
-func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*groupWrites, error)) (committing bool, err error) {
+// COMMIT was sent and its outcome is not known to have failed; settle
+// then judges it, once the connection is released.
+func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*groupWrites, error)) (committing bool, settle func(context.Context) commitVerdict, err error) {
 	pc, err := s.groups.pool.Acquire(ctx)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	// A connection released inside a transaction (a rollback that
 	// failed) is closed by the pool, never reused.
@@ -243,16 +248,16 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 	}()
 	w, err := decide(c)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if w == nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, err := c.Exec(rctx, "ROLLBACK")
-		return false, err
+		return false, nil, err
 	}
 	if err := send(ctx, c.Conn, w.b, w.check); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	w.counts.Queue("COMMIT")
 	last := w.counts.Len() - 1
@@ -264,24 +269,39 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 		reached = i
 		return nil
 	})
-	return commitOutcome(err, reached == last)
+	committing, err = commitOutcome(err, reached == last)
+	return committing, w.settle, err
 }
 
 // runGroup runs decide as a group transaction, retrying it like inTx,
-// and reports whether it committed. When it did not, it decides what
-// the members get: every call the error when the outcome of COMMIT is
-// unknown; otherwise, nothing having been applied, every call runs again
-// on its own.
+// and reports whether it committed. When the outcome of COMMIT is
+// unknown it reads a row the group wrote to learn it (settle.go): landed,
+// the group committed; nothing committed, the group failed as below;
+// still unknown, every call gets the error. When the group did not
+// commit, nothing having been applied, every call runs again on its own.
 func runGroup[Req, Res any](ctx context.Context, s *Store, ms []*groupMember[Req, Res], decide func(c *groupConn) (*groupWrites, error)) bool {
 	var committing bool
+	var settle func(context.Context) commitVerdict
 	var err error
 	for n := 0; ; n++ {
-		if committing, err = s.groupAttempt(ctx, decide); err == nil {
+		if committing, settle, err = s.groupAttempt(ctx, decide); err == nil {
 			return true
+		}
+		if committing && settle != nil {
+			switch settle(ctx) {
+			case commitLanded:
+				return true
+			case commitLost:
+				committing = false
+			}
+			break
 		}
 		if committing || n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) || backoff(ctx, n) != nil {
 			break
 		}
+	}
+	if committing {
+		err = errHeldUnknown(err)
 	}
 	for _, m := range ms {
 		if committing {

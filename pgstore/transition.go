@@ -25,9 +25,11 @@ type deliveryApply func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.O
 // written and the record as it stands.
 func (s *Store) transition(ctx context.Context, op string, h how, id ledger.DeliveryID, apply deliveryApply) (ledger.DeliveryResult, error) {
 	var res ledger.DeliveryResult
+	var before int64 // the version the write found
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		res = ledger.DeliveryResult{}
 		old, err := scanDelivery(tx.QueryRow(ctx, s.q.lockDelivery, string(id)))
+		before = old.Version
 		if noRows(err) {
 			res.Outcome = ledger.OutcomeNotFound
 			return false, nil
@@ -46,6 +48,10 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 		res = ledger.DeliveryResult{Outcome: outcome, Delivery: d}
 		return true, s.writeDeliveries(ctx, tx, []deliveryChange{changeOf(h, old, d)}, nil)
 	})
+	if err != nil && res.Applied() && s.held != nil {
+		// The commit's outcome may be unknown: the row tells.
+		err = settleAlone(ctx, s, s.held.deliveries.kind, string(id), before, res.Delivery, err)
+	}
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
