@@ -49,7 +49,7 @@ type stamp struct {
 
 func (a stamp) is(b stamp) bool { return a.version == b.version && a.at.Equal(b.at) }
 
-func deliveryStamp(d ledger.Delivery) stamp  { return stamp{d.Version, d.UpdatedAt} }
+func deliveryStamp(d ledger.Delivery) stamp { return stamp{d.Version, d.UpdatedAt} }
 func entryStamp(e ledger.OutboxEntry) stamp { return stamp{e.Version, e.UpdatedAt} }
 
 // settleCommit reads record id of kind k under its lock, as a statement
