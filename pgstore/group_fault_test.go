@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,8 +194,9 @@ func hasMessage(p []byte, typ byte) bool {
 }
 
 // commitTracer runs atCommit, once and only once armed, on the goroutine
-// of the group transaction whose final batch (its last statement COMMIT)
-// is about to be sent, with that batch's connection.
+// of the transaction whose COMMIT is about to be sent (a group's final
+// batch, its last statement COMMIT, or a call's own tx.Commit), with its
+// connection.
 type commitTracer struct {
 	armed    atomic.Bool
 	fired    atomic.Int32
@@ -204,7 +206,11 @@ type commitTracer struct {
 	err error // what atCommit returned
 }
 
-func (tr *commitTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// TraceQueryStart sees the COMMIT of a call on its own (tx.Commit).
+func (tr *commitTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.EqualFold(data.SQL, "commit") {
+		tr.commit(ctx, conn)
+	}
 	return ctx
 }
 
