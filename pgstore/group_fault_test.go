@@ -325,16 +325,31 @@ func (f *faultFixture) cutAs(mode cutMode, pooler bool) func(context.Context, *p
 }
 
 // terminate ends backend pid from the test's own pool and waits until it
-// has exited.
+// has exited. pg_terminate_backend's timeout argument, which waits, came
+// in PostgreSQL 14; the tests run on 13 too, so the test waits itself,
+// polling pg_stat_activity.
 func (f *faultFixture) terminate(ctx context.Context, pid uint32) error {
 	var ok bool
-	if err := f.admin.QueryRow(ctx, "SELECT pg_catalog.pg_terminate_backend($1, 10000)", int32(pid)).Scan(&ok); err != nil {
+	if err := f.admin.QueryRow(ctx, "SELECT pg_catalog.pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("backend %d did not exit", pid)
+		return fmt.Errorf("backend %d was not signalled", pid)
 	}
-	return nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var alive bool
+		if err := f.admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid = $1)", int32(pid)).Scan(&alive); err != nil {
+			return err
+		}
+		if !alive {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("backend %d did not exit", pid)
+		}
+		time.Sleep(time.Millisecond) // polling a server process's exit, not letting time pass
+	}
 }
 
 // commitFault is one way of losing the group's connection at its COMMIT.
