@@ -277,7 +277,11 @@ type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, l
 // OutcomeNotFound when there is none, a write only on OutcomeApplied,
 // recorded as made by h. completeClaim (group_tx.go) groups it with
 // others when it can.
-func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id ledger.OutboxEntryID, apply claimApply) (ledger.OutboxResult, error) {
+//
+// wrote, when not nil, is what a held write of the call wrote, taken for
+// not committed (see deliveryCompletion.wrote): an entry exactly so is
+// answered Applied, and nothing is written.
+func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id ledger.OutboxEntryID, apply claimApply, wrote *ledger.OutboxEntry) (ledger.OutboxResult, error) {
 	s := o.s
 	var res ledger.OutboxResult
 	var before int64 // the version the write found
@@ -291,6 +295,10 @@ func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id le
 		}
 		if err != nil {
 			return false, err
+		}
+		if wrote != nil && s.held.entries.kind.same(old, *wrote) {
+			res = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: old}
+			return false, nil
 		}
 		e, outcome := apply(old, ledger.Normalize(s.cfg.clock()))
 		if outcome != ledger.OutcomeApplied {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
@@ -113,59 +114,84 @@ func TestCompletingCallsWithALostCommit(t *testing.T) {
 			}
 			t.Run(fault.name+"/"+path, func(t *testing.T) {
 				t.Parallel()
-				f := newFaultFixture(t)
-				ctx, s := f.ctx, f.s
-				s.groups = nil // every call on its own
-				f.tracer.atCommit = f.cutAs(fault.mode, fault.pooler)
-				// arm places the fault at the next COMMIT, of call.
-				arm := func() {
-					f.tracer.fired.Store(0)
-					f.tracer.armed.Store(true)
-				}
-				disarm := func() {
-					f.tracer.armed.Store(false)
-					require.EqualValues(t, 1, f.tracer.fired.Load(), "the call's COMMIT was seen")
-					require.NoError(t, f.tracer.err)
-				}
-				for i, c := range deliveryCalls {
-					id := f.ids[i]
-					l := f.leases[id]
-					if c.prepare != nil {
-						require.NoError(t, c.prepare(ctx, s, l), c.name)
-					}
-					if !held {
-						s.held.deliveries.cache.drop(string(id))
-					}
-					before, err := s.Get(ctx, id)
-					require.NoError(t, err)
-					arm()
-					res, err := c.call(ctx, s, l)
-					disarm()
-					after, gerr := s.Get(ctx, id)
-					require.NoError(t, gerr)
-					checkAnswer(t, c.name, before.Version, after.Version, after, res.Outcome, res.Delivery, err)
-				}
-				o := s.Outbox()
-				for i, c := range entryCalls {
-					_, err := o.Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", Payload: []byte("x"), IdempotencyKey: fmt.Sprintf("k-%d", i)})
-					require.NoError(t, err)
-					claimed, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 1})
-					require.NoError(t, err)
-					require.Len(t, claimed, 1)
-					ce := claimed[0]
-					if !held {
-						s.held.entries.cache.drop(string(ce.Entry.ID))
-					}
-					arm()
-					res, err := c.call(ctx, o, ce)
-					disarm()
-					after, gerr := o.FindByID(ctx, ce.Entry.ID)
-					require.NoError(t, gerr)
-					checkAnswer(t, c.name, ce.Entry.Version, after.Version, after, res.Outcome, res.Entry, err)
-				}
+				runLostCommit(t, fault.mode, fault.pooler, held)
 			})
 		}
 	}
+}
+
+// runLostCommit runs every completing call of both ledgers on its own,
+// with its COMMIT lost as mode and pooler say, on held records or not,
+// and checks each answer against its row.
+func runLostCommit(t *testing.T, mode cutMode, pooler, held bool) {
+	f := newFaultFixture(t)
+	ctx, s := f.ctx, f.s
+	s.groups = nil // every call on its own
+	f.tracer.atCommit = f.cutAs(mode, pooler)
+	// arm places the fault at the next COMMIT, of call.
+	arm := func() {
+		f.tracer.fired.Store(0)
+		f.tracer.armed.Store(true)
+	}
+	disarm := func() {
+		f.tracer.armed.Store(false)
+		require.EqualValues(t, 1, f.tracer.fired.Load(), "the call's COMMIT was seen")
+		require.NoError(t, f.tracer.err)
+	}
+	for i, c := range deliveryCalls {
+		id := f.ids[i]
+		l := f.leases[id]
+		if c.prepare != nil {
+			require.NoError(t, c.prepare(ctx, s, l), c.name)
+		}
+		if !held {
+			s.held.deliveries.cache.drop(string(id))
+		}
+		before, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		arm()
+		res, err := c.call(ctx, s, l)
+		disarm()
+		after, gerr := s.Get(ctx, id)
+		require.NoError(t, gerr)
+		checkAnswer(t, c.name, before.Version, after.Version, after, res.Outcome, res.Delivery, err)
+	}
+	o := s.Outbox()
+	for i, c := range entryCalls {
+		_, err := o.Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", Payload: []byte("x"), IdempotencyKey: fmt.Sprintf("k-%d", i)})
+		require.NoError(t, err)
+		claimed, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		ce := claimed[0]
+		if !held {
+			s.held.entries.cache.drop(string(ce.Entry.ID))
+		}
+		arm()
+		res, err := c.call(ctx, o, ce)
+		disarm()
+		after, gerr := o.FindByID(ctx, ce.Entry.ID)
+		require.NoError(t, gerr)
+		checkAnswer(t, c.name, ce.Entry.Version, after.Version, after, res.Outcome, res.Entry, err)
+	}
+}
+
+// TestAHeldWriteKnowsItsOwnRow: were an error at COMMIT taken for
+// "nothing committed" wrongly (here the pooler's 08P01, as the store
+// once did), the held write's call, left to the ordinary path, finds the
+// row exactly as the write made it and answers Applied: on its own and
+// in a group. Not parallel: it changes refusedCodes for its duration.
+func TestAHeldWriteKnowsItsOwnRow(t *testing.T) {
+	refusedCodes["08P01"] = true
+	t.Cleanup(func() { delete(refusedCodes, "08P01") })
+	t.Run("Alone", func(t *testing.T) { runLostCommit(t, cutReply, true, true) })
+	t.Run("Group", func(t *testing.T) {
+		runCommitFault(t, commitFault{
+			atCommit: func(f *faultFixture) func(context.Context, *pgx.Conn) error { return f.cutAs(cutReply, true) },
+			landed:   true,
+			unknown:  true,
+		}, true)
+	})
 }
 
 // checkAnswer checks a call's answer against its record as it stands:

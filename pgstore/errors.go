@@ -211,7 +211,7 @@ func settleAlone[R any](ctx context.Context, s *Store, k *recordKind[R], id stri
 	if !errors.As(err, &unknown) {
 		return err
 	}
-	if _, v := settleCommit(ctx, s, k, id, before, k.stamp(wrote)); v == commitLanded {
+	if _, v := settleCommit(ctx, s, k, id, before, wrote); v == commitLanded {
 		return nil
 	}
 	return err

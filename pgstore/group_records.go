@@ -26,8 +26,8 @@ type recordKind[R any] struct {
 	columns func(R) ([]column, error)
 	history string // inserts the history entries (historyRows.queue)
 	clone   func(R) R
-	// stamp identifies a write of a record (settle.go).
-	stamp func(R) stamp
+	// version is a record's version (settle.go).
+	version func(R) int64
 }
 
 // lockOrder makes a locking read by id = ANY lock in ID order, as every
@@ -50,7 +50,7 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 		},
 		history: q.insertDeliveryHistory,
 		clone:   ledger.Delivery.Clone,
-		stamp:   deliveryStamp,
+		version: deliveryVersion,
 	}
 }
 
@@ -70,7 +70,7 @@ func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] 
 		},
 		history: q.insertEntryHistory,
 		clone:   ledger.OutboxEntry.Clone,
-		stamp:   entryStamp,
+		version: entryVersion,
 	}
 }
 
@@ -146,7 +146,7 @@ func queueWrites[R any](s *Store, g *groupRecords[R], counts counter[R], w *grou
 	counts.queue(w.counts, s.q, false)
 	first := g.changes[0]
 	id := g.kind.id(first.after)
-	before, wrote := g.kind.stamp(first.before).version, g.kind.stamp(g.byID[id])
+	before, wrote := g.kind.version(first.before), g.byID[id]
 	w.settle = func(ctx context.Context) commitVerdict {
 		_, v := settleCommit(ctx, s, g.kind, id, before, wrote)
 		return v

@@ -38,6 +38,13 @@ type deliveryCompletion struct {
 	then    deliveryStep
 	thenHow how
 	first   *ledger.DeliveryResult
+	// wrote is what a held write of the call wrote, when that write was
+	// taken for not committed (settle.go): the ordinary path that then
+	// decides the call answers Applied, writing nothing, when it finds
+	// the row exactly so, its version and its time. The classification
+	// of errors at COMMIT should make that impossible; this keeps a wrong
+	// one from turning into an untrue answer.
+	wrote *ledger.Delivery
 }
 
 // entryCompletion is one claim completion of an outbox entry.
@@ -46,6 +53,7 @@ type entryCompletion struct {
 	h     how
 	id    ledger.OutboxEntryID
 	apply claimApply
+	wrote *ledger.OutboxEntry // as deliveryCompletion.wrote
 }
 
 // groupStatements are the group transactions' fence statements, built
@@ -87,9 +95,11 @@ func (s *Store) complete(ctx context.Context, c deliveryCompletion) (ledger.Deli
 		s.groups.deliveries.alone.Add(1)
 		defer s.groups.deliveries.alone.Add(-1)
 	}
-	if d := s.runHeldDeliveries(ctx, []deliveryCompletion{c})[0]; d.decided {
+	cs := []deliveryCompletion{c}
+	if d := s.runHeldDeliveries(ctx, cs)[0]; d.decided {
 		return d.res, wrap(ctx, c.op, d.err)
 	}
+	c = cs[0] // with what the held write wrote, if it tried
 	if c.then != nil {
 		return s.thenAlone(ctx, c)
 	}
@@ -114,7 +124,7 @@ func (s *Store) thenAlone(ctx context.Context, c deliveryCompletion) (ledger.Del
 	if err != nil || !res.Applied() {
 		return ledger.DeliveryResult{}, err
 	}
-	second := deliveryCompletion{op: c.op, h: c.thenHow, id: c.id, fence: c.fence, step: c.then}
+	second := deliveryCompletion{op: c.op, h: c.thenHow, id: c.id, fence: c.fence, step: c.then, wrote: c.wrote}
 	res, err = s.transitionAlone(ctx, second)
 	if err == nil {
 		s.held.settledDelivery(c.id, res)
@@ -142,10 +152,12 @@ func (o *Outbox) completeClaim(ctx context.Context, c entryCompletion) (ledger.O
 // completeClaimSingle runs a claim completion no group decided: on its
 // held entry, or else in a transaction of its own.
 func (o *Outbox) completeClaimSingle(ctx context.Context, c entryCompletion) (ledger.OutboxResult, error) {
-	if d := o.s.runHeldEntries(ctx, []entryCompletion{c})[0]; d.decided {
+	cs := []entryCompletion{c}
+	if d := o.s.runHeldEntries(ctx, cs)[0]; d.decided {
 		return d.res, wrap(ctx, c.op, d.err)
 	}
-	return o.completeClaimAlone(ctx, c.op, c.h, c.id, c.apply)
+	c = cs[0] // with what the held write wrote, if it tried
+	return o.completeClaimAlone(ctx, c.op, c.h, c.id, c.apply, c.wrote)
 }
 
 // groupWrites is what a group transaction writes once it has decided:
@@ -353,6 +365,13 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
 				continue
 			}
+			if c.wrote != nil && records.kind.same(d, *c.wrote) {
+				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: records.result(ids[i], d)}
+				if c.then != nil {
+					firsts[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: records.kind.clone(d)}
+				}
+				continue
+			}
 			var highest *ledger.Fence
 			if c.fence != nil {
 				highest = fences[string(d.Target)]
@@ -507,6 +526,10 @@ func (s *Store) runEntryGroup(ctx context.Context, ms []*groupMember[entryComple
 				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}
 				continue
 			}
+			if c.wrote != nil && records.kind.same(e, *c.wrote) {
+				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: records.result(ids[i], e)}
+				continue
+			}
 			next, outcome := c.apply(e, ledger.Normalize(s.cfg.clock()))
 			if outcome != ledger.OutcomeApplied {
 				results[i] = ledger.OutboxResult{Outcome: outcome, Entry: records.result(ids[i], e)}
@@ -541,6 +564,7 @@ func decideHeld[Req, Res any](ms []*groupMember[Req, Res], held func([]Req) []he
 	rest := ms[:0:0]
 	for i, d := range held(reqs) {
 		if !d.decided {
+			ms[i].req = reqs[i] // with what the held write wrote, if it tried
 			rest = append(rest, ms[i])
 			continue
 		}

@@ -270,7 +270,11 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		return out
 	}
 	written, err := runHeldWrite(ctx, s, w)
-	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), func(i int) ledger.OutboxResult {
+	tried := func(i int) {
+		e := w.last[ids[i]]
+		cs[i].wrote = &e
+	}
+	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.OutboxResult {
 		after := w.last[ids[i]]
 		s.held.keepEntry(after)
 		return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: after.Clone()}
@@ -287,18 +291,24 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 // a row still at the held version is left to the ordinary path, and
 // anything else gets the error. Every call but the applied ones drops its
 // record's held copy.
+//
+// tried(i) is called for every call left to the ordinary path after an
+// error taken for "nothing committed", so that the ordinary path knows
+// what the write wrote (deliveryCompletion.wrote).
 func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, written map[string]bool, err error, drop func(string),
-	verdict func(i int) commitVerdict, applied func(i int) Res) {
+	verdict func(i int) commitVerdict, tried func(i int), applied func(i int) Res) {
 	for _, i := range picked {
 		id := ids[i]
 		switch {
 		case err != nil && written == nil:
+			tried(i)
 			drop(id)
 		case err != nil:
 			switch verdict(i) {
 			case commitLanded:
 				out[i] = heldOutcome[Res]{decided: true, res: applied(i)}
 			case commitLost:
+				tried(i)
 				drop(id)
 			default:
 				out[i] = heldOutcome[Res]{decided: true, err: err}
@@ -320,7 +330,7 @@ func heldVerdict[R any](ctx context.Context, s *Store, w *heldWrite[R], ids []st
 	return func(i int) commitVerdict {
 		id := ids[i]
 		before := *w.before[id][version].ptr.(*int64)
-		_, v := settleCommit(ctx, s, w.kind, id, before, w.kind.stamp(w.last[id]))
+		_, v := settleCommit(ctx, s, w.kind, id, before, w.last[id])
 		return v
 	}
 }
@@ -392,7 +402,11 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		return out
 	}
 	written, err := runHeldWrite(ctx, s, w)
-	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), func(i int) ledger.DeliveryResult {
+	tried := func(i int) {
+		d := w.last[ids[i]]
+		cs[i].wrote = &d
+	}
+	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.DeliveryResult {
 		after := w.last[ids[i]]
 		if first, ok := firsts[i]; ok {
 			*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: first.Clone()}

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"time"
 
 	"github.com/leaseledger/ledger"
 )
@@ -36,28 +35,38 @@ const (
 	commitLost
 )
 
-// stamp is what identifies one write of a record: the version it gave
-// the record and the time it was stamped with. Two writes of one record
-// that give it the same version both started from the version before,
-// and only one of them can commit (the row lock and the version check of
-// every write-back see to it), so a row at the version a transaction
-// wrote, with its time, is that transaction's write.
-type stamp struct {
-	version int64
-	at      time.Time
+// same reports whether a and b are the same record, column by column
+// as the store writes them: the test of "the row is exactly what the
+// write made", its version and its time among the rest. The version and
+// the time alone would do in production, but another writer of the same
+// version at the same instant (a sweep, with the caller's clock) is then
+// told apart too.
+func (k *recordKind[R]) same(a, b R) bool {
+	ca, err := k.columns(a)
+	if err != nil {
+		return false
+	}
+	cb, err := k.columns(b)
+	if err != nil || len(ca) != len(cb) {
+		return false
+	}
+	for j := range ca {
+		if !sameValue(ca[j].ptr, cb[j].ptr) {
+			return false
+		}
+	}
+	return true
 }
 
-func (a stamp) is(b stamp) bool { return a.version == b.version && a.at.Equal(b.at) }
-
-func deliveryStamp(d ledger.Delivery) stamp { return stamp{d.Version, d.UpdatedAt} }
-func entryStamp(e ledger.OutboxEntry) stamp { return stamp{e.Version, e.UpdatedAt} }
+func deliveryVersion(d ledger.Delivery) int64 { return d.Version }
+func entryVersion(e ledger.OutboxEntry) int64 { return e.Version }
 
 // settleCommit reads record id of kind k under its lock, as a statement
 // of its own on the pool, and judges a commit that found the record at
 // version before and wrote wrote. It returns the record as read when the
 // commit landed. A read that fails (ctx done, the server still away
 // after the retries) leaves the outcome unknown.
-func settleCommit[R any](ctx context.Context, s *Store, k *recordKind[R], id string, before int64, wrote stamp) (R, commitVerdict) {
+func settleCommit[R any](ctx context.Context, s *Store, k *recordKind[R], id string, before int64, wrote R) (R, commitVerdict) {
 	var zero R
 	for n := 0; ; n++ {
 		r, found, err := readLocked(ctx, s, k, id)
@@ -65,11 +74,10 @@ func settleCommit[R any](ctx context.Context, s *Store, k *recordKind[R], id str
 		case err == nil && !found:
 			return zero, commitUnknown
 		case err == nil:
-			got := k.stamp(r)
 			switch {
-			case got.is(wrote):
+			case k.same(r, wrote):
 				return r, commitLanded
-			case got.version == before:
+			case k.version(r) == before:
 				return zero, commitLost
 			}
 			return zero, commitUnknown

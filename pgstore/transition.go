@@ -41,6 +41,10 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 		if err != nil {
 			return false, err
 		}
+		if outcome == outcomeWritten {
+			res = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: old}
+			return false, nil
+		}
 		if outcome != ledger.OutcomeApplied {
 			res = ledger.DeliveryResult{Outcome: outcome, Delivery: old}
 			return false, nil
@@ -58,6 +62,11 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 	return res, nil
 }
 
+// outcomeWritten is what a transition's apply answers when it finds the
+// row already as the call's held write left it (deliveryCompletion.wrote):
+// transition then answers Applied with the row, and writes nothing.
+const outcomeWritten ledger.Outcome = "pgstore: written"
+
 // transitionAlone runs c in a transaction of its own (see transition).
 // With a fence, the delivery's target row in target_fences is locked too
 // (and created if absent, which is undone when the call does not apply),
@@ -65,6 +74,9 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 // processes.
 func (s *Store) transitionAlone(ctx context.Context, c deliveryCompletion) (ledger.DeliveryResult, error) {
 	return s.transition(ctx, c.op, c.h, c.id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		if c.wrote != nil && s.held.deliveries.kind.same(d, *c.wrote) {
+			return d, outcomeWritten, nil
+		}
 		var highest *ledger.Fence
 		if c.fence != nil {
 			if _, err := tx.Exec(ctx, s.q.ensureFence, string(d.Target)); err != nil {

@@ -130,12 +130,13 @@ func refusedCommit(err error) bool {
 	if severity != "ERROR" {
 		return false
 	}
-	switch pgErr.Code {
-	case sqlstateSerializationFailure, sqlstateDeadlockDetected:
-		return true
-	}
-	return false
+	return refusedCodes[pgErr.Code]
 }
+
+// refusedCodes are the SQLSTATE codes refusedCommit accepts (see there
+// for why each). A variable only so that a test can misclassify one and
+// show that a held write still answers truly (deliveryCompletion.wrote).
+var refusedCodes = map[string]bool{sqlstateSerializationFailure: true, sqlstateDeadlockDetected: true}
 
 // readTrip reads the results of the batch oneTrip sends.
 func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) error {
