@@ -21,9 +21,9 @@ const rollbackTimeout = 5 * time.Second
 // cancelled, its connection closed) never commits: a server that finds
 // the connection gone before COMMIT rolls the transaction back.
 //
-// committing reports that the outcome is unknown: COMMIT was sent and
-// the connection failed before its answer arrived. Otherwise an error
-// means nothing was committed.
+// committing reports that the outcome is unknown: COMMIT was sent and no
+// answer came that says what became of it (see commitOutcome). Otherwise
+// an error means nothing was committed.
 func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
