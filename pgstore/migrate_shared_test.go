@@ -17,11 +17,12 @@ import (
 	"github.com/leaseledger/ledger/pgstore"
 )
 
-// freshMigrationLimit bounds the migration of a fresh schema beside
-// another schema's long transaction: far above what it takes (well under
-// a second), far below forever, which is how long an index built
-// CONCURRENTLY waits for a transaction that holds an older snapshot.
-const freshMigrationLimit = 20 * time.Second
+// freshMigrationLimit bounds the migration of fresh schemas beside
+// another schema's long transaction: far above what it takes (a few
+// seconds, tens on a machine loaded by many test binaries), far below
+// forever, which is how long an index built CONCURRENTLY waits for a
+// transaction that holds an older snapshot.
+const freshMigrationLimit = 2 * time.Minute
 
 // TestMigrateFreshSchemasBesideALongTransaction: many test binaries (or
 // users of pgstoretest) share one database, each migrating schemas of its
@@ -43,7 +44,7 @@ func TestMigrateFreshSchemasBesideALongTransaction(t *testing.T) {
 
 	const schemas = 4
 	errs := make([]error, schemas)
-	mctx, cancel := context.WithTimeout(ctx, freshMigrationLimit)
+	mctx, cancel := context.WithTimeout(t.Context(), freshMigrationLimit)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range schemas {
