@@ -26,8 +26,8 @@ const (
 	// commitUnknown: the row does not tell (it moved on since, or it
 	// could not be read); the call answers an error saying so.
 	commitUnknown commitVerdict = iota
-	// commitLanded: the row is exactly what the transaction wrote, its
-	// version and its time.
+	// commitLanded: the row is exactly what the transaction wrote (same),
+	// its version and its time among the rest.
 	commitLanded
 	// commitLost: the row is still at the version the transaction found,
 	// so nothing of the transaction committed (it wrote all its rows or
