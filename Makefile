@@ -34,7 +34,7 @@ test/long: setup ## The long forms of the tests make test shortens: index builds
 # distribution's server, which make test already ran them on. Without the
 # race detector: what differs between versions is the server's, and make
 # test runs the same tests with it; this halves the run (each version
-# takes about 5 minutes on 2 idle cores).
+# takes 2 to 5 minutes on 2 cores, depending on what else runs).
 PG_VERSIONS ?= 13.23.0-beta.16 18.4.0-beta.17
 PG_DISTRO ?= yes
 VERSION_PACKAGES := ./pgstore ./dispatch ./pgstore/pgstoretest
