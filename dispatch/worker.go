@@ -254,9 +254,10 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	}
 	c := &workerCycle{w: w}
 	res, err := w.ledger.Lease(ctx, w.filter, w.owner, w.cfg.clock(), w.cfg.leaseDuration, w.cfg.batchSize)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		// Observed here, logged by Run (once per doubling of the failures
-		// in a row, not once per poll).
+		// in a row, not once per poll). A Lease cut short by shutdown is
+		// no store failure: the error below says ctx ended.
 		c.record(Event{Kind: EventStoreError, Err: err, Owner: w.owner})
 	}
 	for _, id := range res.Reclaimed {
@@ -270,7 +271,9 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	w.handleAll(ctx, res.Leased, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stats, errors.Join(err, errors.Join(c.errs...), ctx.Err())
+	// A failed Lease is among c.errs: joining it again would show every
+	// error twice in the one line Run logs.
+	return c.stats, errors.Join(errors.Join(c.errs...), ctx.Err())
 }
 
 // handleAll handles leased with at most the configured concurrency and

@@ -27,6 +27,7 @@ func testEntryRedrive(t *testing.T, newStore NewClaimStoreFunc) {
 	claimRun(t, "AnotherKeyAfterwardsIsConflict", newStore, claimRedriveAnotherKeyIsConflict)
 	claimRun(t, "CallerChoosesTheKey", newStore, claimRedriveCallerChoosesTheKey)
 	claimRun(t, "TakenKeyIsConflictAndWritesNothing", newStore, claimRedriveTakenKeyIsConflict)
+	claimRun(t, "TakenKeyIsConflictWhileTheDerivedKeyIsFree", newStore, claimRedriveTakenKeyDerivedFree)
 	claimRun(t, "UnknownIDIsNotFound", newStore, claimRedriveUnknownIsNotFound)
 	claimRun(t, "HistoryOfBothEntriesNamesTheOther", newStore, claimRedriveHistory)
 	claimRun(t, "InvalidIsRejected", newStore, claimRedriveInvalidIsRejected)
@@ -193,6 +194,18 @@ func claimRedriveTakenKeyIsConflict(t *testing.T, s ledger.ClaimStore) {
 	}
 	claimRequireStored(t, s, taken)
 	claimRequireStored(t, s, chosen)
+}
+
+// claimRedriveTakenKeyDerivedFree: the entry checked for "taken" is the
+// one of the caller's key, not of the key the store would derive.
+func claimRedriveTakenKeyDerivedFree(t *testing.T, s ledger.ClaimStore) {
+	dead := claimDeadLettered(t, s, "k-1")
+	chosen := claimEnqueue(t, s, "chosen")
+	res := claimRedrive(t, s, ledger.RedriveEntryRequest{ID: dead.ID, IdempotencyKey: "chosen"})
+	claimRequireRedriveNotApplied(t, s, dead, res, ledger.OutcomeConflict)
+	require.Equal(t, ledger.OutboxEntry{}, res.Redriven)
+	claimRequireStored(t, s, chosen)
+	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(ledger.RedriveKey("k-1")))
 }
 
 func claimRedriveUnknownIsNotFound(t *testing.T, s ledger.ClaimStore) {

@@ -25,6 +25,7 @@ func testRedrive(t *testing.T, newLedger NewLedgerFunc) {
 		{"AnotherNewIDAfterwardsIsConflict", redriveAnotherNewIDIsConflict},
 		{"CallerChoosesTheNewID", redriveCallerChoosesTheNewID},
 		{"TakenNewIDIsConflictAndWritesNothing", redriveTakenNewIDIsConflict},
+		{"TakenNewIDIsConflictWhileTheDerivedIDIsFree", redriveTakenNewIDDerivedFree},
 		{"UnknownIDIsNotFound", redriveUnknownIsNotFound},
 		{"HistoryOfBothRecordsNamesTheOther", redriveHistoryNamesTheOther},
 		{"ARedriveCanBeRedriven", redriveARedriveCanBeRedriven},
@@ -203,6 +204,20 @@ func redriveTakenNewIDIsConflict(t *testing.T, f *ledgerFixture) {
 	}
 	f.requireUnchanged(taken)
 	f.requireUnchanged(chosen)
+}
+
+// redriveTakenNewIDDerivedFree: the ID checked for "taken" is the
+// caller's NewID, not the one the store would derive: with only the
+// NewID taken, a store that checked the derived ID would write a second
+// record under the taken ID (or fail on its key).
+func redriveTakenNewIDDerivedFree(t *testing.T, f *ledgerFixture) {
+	failed := f.failedAt("d-1", "host-1", t0)
+	chosen := f.enqueue(req("chosen", "host-2"), t0)
+	res := f.redrive(ledger.RedriveRequest{ID: "d-1", NewID: "chosen"}, at(time.Second))
+	f.requireRedriveNotApplied(failed, res, ledger.OutcomeConflict)
+	require.Equal(t, ledger.Delivery{}, res.Redriven)
+	f.requireUnchanged(chosen)
+	f.requireAbsent(ledger.RedriveID("d-1"))
 }
 
 func redriveUnknownIsNotFound(t *testing.T, f *ledgerFixture) {

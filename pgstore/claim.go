@@ -277,18 +277,28 @@ type claimApply func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, l
 // OutcomeNotFound when there is none, a write only on OutcomeApplied,
 // recorded as made by h. completeClaim (group_tx.go) groups it with
 // others when it can.
-func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id ledger.OutboxEntryID, apply claimApply) (ledger.OutboxResult, error) {
+//
+// wrote, when not nil, is what a held write of the call wrote, taken for
+// not committed (see deliveryCompletion.wrote): an entry exactly so is
+// answered Applied, and nothing is written.
+func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id ledger.OutboxEntryID, apply claimApply, wrote *ledger.OutboxEntry) (ledger.OutboxResult, error) {
 	s := o.s
 	var res ledger.OutboxResult
+	var before int64 // the version the write found
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		res = ledger.OutboxResult{}
 		old, err := scanEntry(tx.QueryRow(ctx, s.q.lockEntry, string(id)))
+		before = old.Version
 		if noRows(err) {
 			res.Outcome = ledger.OutcomeNotFound
 			return false, nil
 		}
 		if err != nil {
 			return false, err
+		}
+		if wrote != nil && s.held.entries.kind.same(old, *wrote) {
+			res = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: old}
+			return false, nil
 		}
 		e, outcome := apply(old, ledger.Normalize(s.cfg.clock()))
 		if outcome != ledger.OutcomeApplied {
@@ -298,6 +308,10 @@ func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id le
 		res = ledger.OutboxResult{Outcome: outcome, Entry: e}
 		return true, s.writeEntry(ctx, tx, entryChangeOf(h, old, e))
 	})
+	if err != nil && res.Applied() && s.held != nil {
+		// The commit's outcome may be unknown: the row tells.
+		err = settleAlone(ctx, s, s.held.entries.kind, string(id), before, res.Entry, err)
+	}
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}

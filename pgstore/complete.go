@@ -29,7 +29,7 @@ func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion
 	if s.callerTx {
 		for i, c := range cs {
 			ec := claimCompletionOf(c)
-			res, err := o.completeClaimAlone(ctx, ec.op, ec.h, ec.id, ec.apply)
+			res, err := o.completeClaimAlone(ctx, ec.op, ec.h, ec.id, ec.apply, nil)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -49,6 +49,7 @@ func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion
 	} else {
 		for i, d := range s.runHeldEntries(ctx, ecs) {
 			ms[i].res, ms[i].err, ms[i].single = d.res, d.err, !d.decided
+			ms[i].req = ecs[i] // with what the held write wrote, if it tried
 		}
 	}
 	for i, m := range ms {

@@ -105,10 +105,15 @@
 // not sent at all (pgconn.SafeToRetry), serialization failure (40001) or
 // deadlock (40P01); never inside a caller's transaction. A call whose
 // context is cancelled or whose connection is lost returns an error and
-// leaves no half-applied transition. When the connection is lost during
-// COMMIT the outcome is unknown: read the record (Get, FindByID) and
-// compare it with what the call meant to write. Repeating the call is not
-// enough for calls that end a record, which answer Ended the second time.
+// leaves no half-applied transition. When the answer to a COMMIT is lost
+// (the connection dropped, a FATAL, a pooler's class 08 error) the
+// completing calls (the transitions of a held delivery or claimed entry)
+// read the row they wrote to learn the outcome and answer from it; only
+// when the row cannot tell (it moved on since, or cannot be read) do they
+// return an error saying the outcome is unknown. Then read the record
+// (Get, FindByID) and compare it with what the call meant to write.
+// Repeating the call is not enough for calls that end a record, which
+// answer Ended the second time.
 //
 // Sweeps (Expire, ExpireCeremony, Supersede) commit in batches. When a
 // batch fails, the result lists the IDs the earlier, committed batches

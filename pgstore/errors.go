@@ -195,7 +195,43 @@ func (s *Store) runTx(ctx context.Context, fn txFunc) (err error) {
 		defer cancel()
 		return tx.Rollback(rctx)
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		// Only a transaction of its own commits: a savepoint of the
+		// caller's is released, and the caller's COMMIT decides.
+		if unknown, _ := commitOutcome(err, false); unknown && !s.callerTx && !errors.Is(err, pgx.ErrTxCommitRollback) {
+			return &unknownCommitError{err: err}
+		}
+		return err
+	}
+	return nil
+}
+
+// unknownCommitError is the error of a transaction whose COMMIT was sent
+// and whose outcome is unknown (see commitOutcome). It is never retried;
+// a call that wrote one record settles it by reading that record
+// (settleAlone).
+type unknownCommitError struct{ err error }
+
+func (e *unknownCommitError) Error() string {
+	return e.err.Error() + " (the outcome of its commit is unknown: the call may have applied)"
+}
+
+func (e *unknownCommitError) Unwrap() error { return e.err }
+
+// settleAlone settles the unknown commit of a call that ran on its own
+// and wrote one record of kind k, found at version before, as wrote
+// (settle.go): when the record is what it wrote, the call applied and
+// settleAlone returns nil; otherwise it returns err, which says the
+// outcome is unknown, or, when nothing committed, that the call failed.
+func settleAlone[R any](ctx context.Context, s *Store, k *recordKind[R], id string, before int64, wrote R, err error) error {
+	var unknown *unknownCommitError
+	if !errors.As(err, &unknown) {
+		return err
+	}
+	if _, v := settleCommit(ctx, s, k, id, before, wrote); v == commitLanded {
+		return nil
+	}
+	return err
 }
 
 // backoff waits before retry n+1: a few milliseconds, doubling, with

@@ -97,8 +97,10 @@ func defaultGroupConfig() groupConfig {
 // of its own, under its own context), so that one failing call cannot
 // fail the others; a deadlock or serialization failure retries the group
 // first. When the outcome of the commit is unknown (the connection was
-// lost while it ran), every call of the group returns the error, as a
-// single call would.
+// lost while it ran, or a pooler answered that its server link dropped),
+// the group reads one of the rows it wrote, under its lock (settle.go):
+// written, every call gets its answer; untouched, every call runs again
+// on its own; anything else, every call returns the error.
 //
 // Context: a call whose context ends while it waits for its group to be
 // taken is withdrawn and returns an error matching ctx.Err(), having

@@ -26,6 +26,8 @@ type recordKind[R any] struct {
 	columns func(R) ([]column, error)
 	history string // inserts the history entries (historyRows.queue)
 	clone   func(R) R
+	// version is a record's version (settle.go).
+	version func(R) int64
 }
 
 // lockOrder makes a locking read by IDs lock in ID order, as every
@@ -48,6 +50,7 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 		},
 		history: q.insertDeliveryHistory,
 		clone:   ledger.Delivery.Clone,
+		version: deliveryVersion,
 	}
 }
 
@@ -67,6 +70,7 @@ func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] 
 		},
 		history: q.insertEntryHistory,
 		clone:   ledger.OutboxEntry.Clone,
+		version: entryVersion,
 	}
 }
 
@@ -140,6 +144,13 @@ func queueWrites[R any](s *Store, g *groupRecords[R], counts counter[R], w *grou
 	}
 	hist.queue(w.b, g.kind.history)
 	counts.queue(w.counts, s.q, false)
+	first := g.changes[0]
+	id := g.kind.id(first.after)
+	before, wrote := g.kind.version(first.before), g.byID[id]
+	w.settle = func(ctx context.Context) commitVerdict {
+		_, v := settleCommit(ctx, s, g.kind, id, before, wrote)
+		return v
+	}
 	return nil
 }
 

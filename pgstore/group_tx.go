@@ -38,6 +38,13 @@ type deliveryCompletion struct {
 	then    deliveryStep
 	thenHow how
 	first   *ledger.DeliveryResult
+	// wrote is what a held write of the call wrote, when that write was
+	// taken for not committed (settle.go): the ordinary path that then
+	// decides the call answers Applied, writing nothing, when it finds
+	// the row exactly so, its version and its time. The classification
+	// of errors at COMMIT should make that impossible; this keeps a wrong
+	// one from turning into an untrue answer.
+	wrote *ledger.Delivery
 }
 
 // entryCompletion is one claim completion of an outbox entry.
@@ -46,6 +53,7 @@ type entryCompletion struct {
 	h     how
 	id    ledger.OutboxEntryID
 	apply claimApply
+	wrote *ledger.OutboxEntry // as deliveryCompletion.wrote
 }
 
 // groupStatements are the group transactions' fence statements, built
@@ -87,9 +95,11 @@ func (s *Store) complete(ctx context.Context, c deliveryCompletion) (ledger.Deli
 		s.groups.deliveries.alone.Add(1)
 		defer s.groups.deliveries.alone.Add(-1)
 	}
-	if d := s.runHeldDeliveries(ctx, []deliveryCompletion{c})[0]; d.decided {
+	cs := []deliveryCompletion{c}
+	if d := s.runHeldDeliveries(ctx, cs)[0]; d.decided {
 		return d.res, wrap(ctx, c.op, d.err)
 	}
+	c = cs[0] // with what the held write wrote, if it tried
 	if c.then != nil {
 		return s.thenAlone(ctx, c)
 	}
@@ -114,7 +124,7 @@ func (s *Store) thenAlone(ctx context.Context, c deliveryCompletion) (ledger.Del
 	if err != nil || !res.Applied() {
 		return ledger.DeliveryResult{}, err
 	}
-	second := deliveryCompletion{op: c.op, h: c.thenHow, id: c.id, fence: c.fence, step: c.then}
+	second := deliveryCompletion{op: c.op, h: c.thenHow, id: c.id, fence: c.fence, step: c.then, wrote: c.wrote}
 	res, err = s.transitionAlone(ctx, second)
 	if err == nil {
 		s.held.settledDelivery(c.id, res)
@@ -142,10 +152,12 @@ func (o *Outbox) completeClaim(ctx context.Context, c entryCompletion) (ledger.O
 // completeClaimSingle runs a claim completion no group decided: on its
 // held entry, or else in a transaction of its own.
 func (o *Outbox) completeClaimSingle(ctx context.Context, c entryCompletion) (ledger.OutboxResult, error) {
-	if d := o.s.runHeldEntries(ctx, []entryCompletion{c})[0]; d.decided {
+	cs := []entryCompletion{c}
+	if d := o.s.runHeldEntries(ctx, cs)[0]; d.decided {
 		return d.res, wrap(ctx, c.op, d.err)
 	}
-	return o.completeClaimAlone(ctx, c.op, c.h, c.id, c.apply)
+	c = cs[0] // with what the held write wrote, if it tried
+	return o.completeClaimAlone(ctx, c.op, c.h, c.id, c.apply, c.wrote)
 }
 
 // groupWrites is what a group transaction writes once it has decided:
@@ -158,6 +170,10 @@ type groupWrites struct {
 	// check checks the command tag of statement i of b.
 	check  func(i int, tag pgconn.CommandTag) error
 	counts *pgx.Batch
+	// settle judges the commit when its outcome is unknown, by reading
+	// one row the group wrote (settle.go): a transaction commits all its
+	// rows or none, so one row tells for every call.
+	settle func(ctx context.Context) commitVerdict
 }
 
 // groupConn is the connection one attempt of a group transaction runs on.
@@ -224,11 +240,12 @@ var errRolledBack = errors.New("group transaction rolled back at commit")
 // groupAttempt runs one attempt of a group transaction on a connection
 // of its own: decide (which locks and reads, through c.lock, and decides
 // in Go) returns what to write, nil for nothing. committing reports that
-// COMMIT was sent and its outcome is not known to have failed.
-func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*groupWrites, error)) (committing bool, err error) {
+// COMMIT was sent and its outcome is not known to have failed; settle
+// then judges it, once the connection is released.
+func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*groupWrites, error)) (committing bool, settle func(context.Context) commitVerdict, err error) {
 	pc, err := s.groups.pool.Acquire(ctx)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	// A connection released inside a transaction (a rollback that
 	// failed) is closed by the pool, never reused.
@@ -243,16 +260,16 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 	}()
 	w, err := decide(c)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if w == nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, err := c.Exec(rctx, "ROLLBACK")
-		return false, err
+		return false, nil, err
 	}
 	if err := send(ctx, c.Conn, w.b, w.check); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	w.counts.Queue("COMMIT")
 	last := w.counts.Len() - 1
@@ -264,24 +281,39 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 		reached = i
 		return nil
 	})
-	return commitOutcome(err, reached == last)
+	committing, err = commitOutcome(err, reached == last)
+	return committing, w.settle, err
 }
 
 // runGroup runs decide as a group transaction, retrying it like inTx,
-// and reports whether it committed. When it did not, it decides what
-// the members get: every call the error when the outcome of COMMIT is
-// unknown; otherwise, nothing having been applied, every call runs again
-// on its own.
+// and reports whether it committed. When the outcome of COMMIT is
+// unknown it reads a row the group wrote to learn it (settle.go): landed,
+// the group committed; nothing committed, the group failed as below;
+// still unknown, every call gets the error. When the group did not
+// commit, nothing having been applied, every call runs again on its own.
 func runGroup[Req, Res any](ctx context.Context, s *Store, ms []*groupMember[Req, Res], decide func(c *groupConn) (*groupWrites, error)) bool {
 	var committing bool
+	var settle func(context.Context) commitVerdict
 	var err error
 	for n := 0; ; n++ {
-		if committing, err = s.groupAttempt(ctx, decide); err == nil {
+		if committing, settle, err = s.groupAttempt(ctx, decide); err == nil {
 			return true
+		}
+		if committing && settle != nil {
+			switch settle(ctx) {
+			case commitLanded:
+				return true
+			case commitLost:
+				committing = false
+			}
+			break
 		}
 		if committing || n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) || backoff(ctx, n) != nil {
 			break
 		}
+	}
+	if committing {
+		err = errHeldUnknown(err)
 	}
 	for _, m := range ms {
 		if committing {
@@ -331,6 +363,13 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 			d, ok := records.byID[ids[i]]
 			if !ok {
 				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeNotFound}
+				continue
+			}
+			if c.wrote != nil && records.kind.same(d, *c.wrote) {
+				results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: records.result(ids[i], d)}
+				if c.then != nil {
+					firsts[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: records.kind.clone(d)}
+				}
 				continue
 			}
 			var highest *ledger.Fence
@@ -487,6 +526,10 @@ func (s *Store) runEntryGroup(ctx context.Context, ms []*groupMember[entryComple
 				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}
 				continue
 			}
+			if c.wrote != nil && records.kind.same(e, *c.wrote) {
+				results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: records.result(ids[i], e)}
+				continue
+			}
 			next, outcome := c.apply(e, ledger.Normalize(s.cfg.clock()))
 			if outcome != ledger.OutcomeApplied {
 				results[i] = ledger.OutboxResult{Outcome: outcome, Entry: records.result(ids[i], e)}
@@ -521,6 +564,7 @@ func decideHeld[Req, Res any](ms []*groupMember[Req, Res], held func([]Req) []he
 	rest := ms[:0:0]
 	for i, d := range held(reqs) {
 		if !d.decided {
+			ms[i].req = reqs[i] // with what the held write wrote, if it tried
 			rest = append(rest, ms[i])
 			continue
 		}

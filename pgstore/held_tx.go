@@ -270,7 +270,11 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		return out
 	}
 	written, err := runHeldWrite(ctx, s, w)
-	settleHeld(out, picked, ids, written, err, k.cache.drop, func(i int) ledger.OutboxResult {
+	tried := func(i int) {
+		e := w.last[ids[i]]
+		cs[i].wrote = &e
+	}
+	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.OutboxResult {
 		after := w.last[ids[i]]
 		s.held.keepEntry(after)
 		return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: after.Clone()}
@@ -282,22 +286,52 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 // runHeldWrite answered (written, err): a call whose row was written gets
 // applied(i); with an error after which nothing was written, or a row
 // that moved on (its held copy stale), the call is left to the ordinary
-// path; with an error whose outcome is unknown, it gets the error. Every
-// call but the written ones drops its record's held copy.
-func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, written map[string]bool, err error, drop func(string), applied func(i int) Res) {
+// path; with an error whose outcome is unknown, the call's row is read
+// (verdict, settle.go): a row that is what the write made gets applied(i),
+// a row still at the held version is left to the ordinary path, and
+// anything else gets the error. Every call but the applied ones drops its
+// record's held copy.
+//
+// tried(i) is called for every call left to the ordinary path after an
+// error taken for "nothing committed", so that the ordinary path knows
+// what the write wrote (deliveryCompletion.wrote).
+func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, written map[string]bool, err error, drop func(string),
+	verdict func(i int) commitVerdict, tried func(i int), applied func(i int) Res) {
 	for _, i := range picked {
 		id := ids[i]
 		switch {
 		case err != nil && written == nil:
+			tried(i)
 			drop(id)
 		case err != nil:
-			out[i] = heldOutcome[Res]{decided: true, err: err}
-			drop(id)
+			switch verdict(i) {
+			case commitLanded:
+				out[i] = heldOutcome[Res]{decided: true, res: applied(i)}
+			case commitLost:
+				tried(i)
+				drop(id)
+			default:
+				out[i] = heldOutcome[Res]{decided: true, err: err}
+				drop(id)
+			}
 		case written[id]:
 			out[i] = heldOutcome[Res]{decided: true, res: applied(i)}
 		default:
 			drop(id)
 		}
+	}
+}
+
+// heldVerdict returns the verdict function of settleHeld for w: the
+// locking read of each call's row, judged against the held version and
+// what the write made of it.
+func heldVerdict[R any](ctx context.Context, s *Store, w *heldWrite[R], ids []string) func(i int) commitVerdict {
+	version := len(w.kind.table.names) - 1
+	return func(i int) commitVerdict {
+		id := ids[i]
+		before := *w.before[id][version].ptr.(*int64)
+		_, v := settleCommit(ctx, s, w.kind, id, before, w.last[id])
+		return v
 	}
 }
 
@@ -368,7 +402,11 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		return out
 	}
 	written, err := runHeldWrite(ctx, s, w)
-	settleHeld(out, picked, ids, written, err, k.cache.drop, func(i int) ledger.DeliveryResult {
+	tried := func(i int) {
+		d := w.last[ids[i]]
+		cs[i].wrote = &d
+	}
+	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.DeliveryResult {
 		after := w.last[ids[i]]
 		if first, ok := firsts[i]; ok {
 			*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: first.Clone()}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +39,25 @@ import (
 // CREATE INDEX is building right now (pg_stat_progress_create_index) is
 // waited for; any other is a leftover, dropped with DROP INDEX
 // CONCURRENTLY, and the step runs again.
+
+// An index of an empty table is built (or dropped) without CONCURRENTLY.
+// A concurrent build waits, after building, for every transaction of the
+// database that holds a snapshot older than its own, in any schema: with
+// many schemas in one database (test binaries sharing a server, users of
+// pgstoretest, several stores side by side) the migration of a fresh
+// schema would wait for whatever another schema runs, as long as it
+// runs. A fresh table has nothing for writers to be kept from, so the
+// runner, not the migration files (which stay as they were released),
+// decides per step: it locks the table against writers and, finding it
+// empty, runs the statement without CONCURRENTLY in that transaction,
+// which waits only for the table's own users. A table with rows is built
+// CONCURRENTLY, as the migration says; a step that waits logs, every
+// waitReportInterval, which transactions it waits for, and an error
+// that ends the wait names them (see reportWaits).
+
+// waitReportInterval is how long a migration step waits before it
+// reports (and then reports again) what it waits for.
+const waitReportInterval = 5 * time.Second
 
 // indexPollInterval is how often a step waiting for another process's
 // index build looks again.
@@ -119,14 +141,34 @@ func builtIndex(step string) string {
 // is INVALID until its build ends; a look at every INVALID index of the
 // schema could take that build for a failed one and drop it after it
 // succeeded, once the other process had already recorded the version.
-func (s *Store) runStep(ctx context.Context, stmt, index string) error {
+func (s *Store) runStep(ctx context.Context, stmt, index string) (err error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	waits := s.reportWaits(ctx, conn.PgConn().PID(), firstLine(stmt))
+	defer func() {
+		if w := waits(); err != nil && w != "" {
+			err = fmt.Errorf("%w (waiting for %s)", err, w)
+		}
+	}()
+	// A leftover INVALID index would be kept by IF NOT EXISTS, plainly
+	// as well: settle it first.
+	if _, err := s.settleIndex(ctx, index); err != nil {
+		return err
+	}
+	if done, err := s.runStepPlainly(ctx, conn, stmt); done || err != nil {
+		return err
+	}
 	for run := 1; ; run++ {
 		if _, err := s.settleIndex(ctx, index); err != nil {
 			return err
 		}
 		// No arguments: the simple protocol, where one statement is its
 		// own implicit transaction, as CONCURRENTLY needs.
-		_, err := s.db.Exec(ctx, stmt)
+		_, err := conn.Exec(ctx, stmt)
 		if err != nil && !((duplicateRelation(err) || retryable(err)) && run < maxStepRuns) {
 			return err
 		}
@@ -146,6 +188,129 @@ func (s *Store) runStep(ctx context.Context, stmt, index string) error {
 		if run >= maxStepRuns {
 			return fmt.Errorf("still an INVALID index after %d runs", run)
 		}
+	}
+}
+
+// concurrentlyWord is CONCURRENTLY as a word of an index statement.
+var concurrentlyWord = regexp.MustCompile(`(?i)\s+CONCURRENTLY\b`)
+
+// builtOn finds the table of a CREATE INDEX statement of the schema:
+// ON [ONLY] "schema".table.
+var builtOn = regexp.MustCompile(`(?is)\bON\s+(?:ONLY\s+)?"(?:[^"]|"")*"\.([A-Za-z_][A-Za-z0-9_$]*)`)
+
+// indexTableSQL names the table of index $2 of schema $1.
+const indexTableSQL = `SELECT t.relname FROM pg_catalog.pg_index i
+JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = x.relnamespace
+JOIN pg_catalog.pg_class t ON t.oid = i.indrelid
+WHERE n.nspname = $1 AND x.relname = $2`
+
+// runStepPlainly runs stmt, a CONCURRENTLY index statement, without
+// CONCURRENTLY when its table is empty, in a transaction on conn that
+// locks the table against writers first (and against other migrations of
+// it: the lock is self-exclusive, so two processes do not build one
+// index at once) and checks it is empty under that lock. done is false
+// when the statement is not such a statement, or the table has rows: it
+// must then run CONCURRENTLY.
+func (s *Store) runStepPlainly(ctx context.Context, conn *pgx.Conn, stmt string) (done bool, err error) {
+	st := indexStatementOf(stmt)
+	if !st.concurrently || !st.ifExists || (!st.create && !st.drop) {
+		return false, nil
+	}
+	var table string
+	switch {
+	case st.create:
+		m := builtOn.FindStringSubmatch(stmt)
+		if m == nil {
+			return false, nil
+		}
+		table = strings.ToLower(m[1])
+	case len(st.names) == 1:
+		err := conn.QueryRow(ctx, indexTableSQL, s.cfg.schema, strings.ToLower(st.names[0])).Scan(&table)
+		if noRows(err) {
+			return false, nil // no such index: the statement does nothing
+		}
+		if err != nil {
+			return false, err
+		}
+	default:
+		return false, nil
+	}
+	// A drop takes the table's ACCESS EXCLUSIVE lock anyway; a build
+	// needs SHARE, and SHARE ROW EXCLUSIVE adds that two builders take
+	// turns.
+	mode := "SHARE ROW EXCLUSIVE"
+	if st.drop {
+		mode = "ACCESS EXCLUSIVE"
+	}
+	quoted := pgx.Identifier{s.cfg.schema, table}.Sanitize()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+quoted+" IN "+mode+" MODE"); err != nil {
+		return false, err
+	}
+	var rows bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+quoted+")").Scan(&rows); err != nil {
+		return false, err
+	}
+	if rows {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, concurrentlyWord.ReplaceAllString(stmt, "")); err != nil {
+		return false, err
+	}
+	return true, tx.Commit(ctx)
+}
+
+// waitingForSQL describes the sessions that block backend $1: those
+// pg_blocking_pids names (lock waits, a concurrent index build's waits
+// for older transactions among them), with what they run and since when.
+const waitingForSQL = `SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (%s, %s since %s, database %s: %s)',
+	a.pid, coalesce(nullif(a.application_name, ''), 'no application name'), coalesce(a.state, 'unknown state'),
+	coalesce(pg_catalog.to_char(a.xact_start, 'YYYY-MM-DD HH24:MI:SS TZ'), 'no transaction'), a.datname,
+	pg_catalog.left(coalesce(a.query, ''), 120)), '; ' ORDER BY a.pid)
+FROM pg_catalog.pg_stat_activity a WHERE a.pid = ANY (pg_catalog.pg_blocking_pids($1))`
+
+// reportWaits watches backend pid, which runs migration step what, until
+// the returned function is called: every waitReportInterval that it
+// waits for other sessions it logs them, as a warning. The returned
+// function stops the watch and returns the last sessions seen, "" when
+// none.
+func (s *Store) reportWaits(ctx context.Context, pid uint32, what string) func() string {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var last string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(waitReportInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			var w *string
+			if err := s.pool.QueryRow(wctx, waitingForSQL, int32(pid)).Scan(&w); err != nil || w == nil {
+				continue
+			}
+			mu.Lock()
+			last = *w
+			mu.Unlock()
+			s.cfg.logger.LogAttrs(wctx, slog.LevelWarn, "pgstore: migrate: a step waits for other sessions",
+				slog.String("schema", s.cfg.schema), slog.String("step", what), slog.String("waiting_for", *w))
+		}
+	}()
+	return func() string {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return last
 	}
 }
 

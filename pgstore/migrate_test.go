@@ -248,12 +248,15 @@ func dumpSchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema st
 		LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY c.relname, a.attnum`)
+	// PostgreSQL 18 records NOT NULL as constraints too (contype 'n'),
+	// which older versions keep only in pg_attribute: the columns section
+	// shows them on every version, so they are left out here.
 	section("constraints", `
 		SELECT c.relname || ' ' || con.conname || ' ' || pg_catalog.pg_get_constraintdef(con.oid)
 		FROM pg_catalog.pg_constraint con
 		JOIN pg_catalog.pg_class c ON c.oid = con.conrelid
 		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 ORDER BY c.relname, con.conname`)
+		WHERE n.nspname = $1 AND con.contype <> 'n' ORDER BY c.relname, con.conname`)
 	section("indexes", `
 		SELECT indexdef FROM pg_catalog.pg_indexes WHERE schemaname = $1 ORDER BY tablename, indexname`)
 	return b.String()

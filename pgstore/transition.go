@@ -25,9 +25,11 @@ type deliveryApply func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.O
 // written and the record as it stands.
 func (s *Store) transition(ctx context.Context, op string, h how, id ledger.DeliveryID, apply deliveryApply) (ledger.DeliveryResult, error) {
 	var res ledger.DeliveryResult
+	var before int64 // the version the write found
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		res = ledger.DeliveryResult{}
 		old, err := scanDelivery(tx.QueryRow(ctx, s.q.lockDelivery, string(id)))
+		before = old.Version
 		if noRows(err) {
 			res.Outcome = ledger.OutcomeNotFound
 			return false, nil
@@ -39,6 +41,10 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 		if err != nil {
 			return false, err
 		}
+		if outcome == outcomeWritten {
+			res = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: old}
+			return false, nil
+		}
 		if outcome != ledger.OutcomeApplied {
 			res = ledger.DeliveryResult{Outcome: outcome, Delivery: old}
 			return false, nil
@@ -46,11 +52,20 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 		res = ledger.DeliveryResult{Outcome: outcome, Delivery: d}
 		return true, s.writeDeliveries(ctx, tx, []deliveryChange{changeOf(h, old, d)}, nil)
 	})
+	if err != nil && res.Applied() && s.held != nil {
+		// The commit's outcome may be unknown: the row tells.
+		err = settleAlone(ctx, s, s.held.deliveries.kind, string(id), before, res.Delivery, err)
+	}
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	return res, nil
 }
+
+// outcomeWritten is what a transition's apply answers when it finds the
+// row already as the call's held write left it (deliveryCompletion.wrote):
+// transition then answers Applied with the row, and writes nothing.
+const outcomeWritten ledger.Outcome = "pgstore: written"
 
 // transitionAlone runs c in a transaction of its own (see transition).
 // With a fence, the delivery's target row in target_fences is locked too
@@ -59,6 +74,9 @@ func (s *Store) transition(ctx context.Context, op string, h how, id ledger.Deli
 // processes.
 func (s *Store) transitionAlone(ctx context.Context, c deliveryCompletion) (ledger.DeliveryResult, error) {
 	return s.transition(ctx, c.op, c.h, c.id, func(tx pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
+		if c.wrote != nil && s.held.deliveries.kind.same(d, *c.wrote) {
+			return d, outcomeWritten, nil
+		}
 		var highest *ledger.Fence
 		if c.fence != nil {
 			if _, err := tx.Exec(ctx, s.q.ensureFence, string(d.Target)); err != nil {

@@ -21,9 +21,9 @@ const rollbackTimeout = 5 * time.Second
 // cancelled, its connection closed) never commits: a server that finds
 // the connection gone before COMMIT rolls the transaction back.
 //
-// committing reports that the outcome is unknown: COMMIT was sent and
-// the connection failed before its answer arrived. Otherwise an error
-// means nothing was committed.
+// committing reports that the outcome is unknown: COMMIT was sent and no
+// answer came that says what became of it (see commitOutcome). Otherwise
+// an error means nothing was committed.
 func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -80,23 +80,63 @@ func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, arg
 //   - COMMIT answered: the transaction is durable, whatever failed after
 //     it (the connection dying before the batch's ReadyForQuery is an
 //     error of the batch's close, not of the transaction).
-//   - An error response from the server (to COMMIT or to a statement
-//     before it), COMMIT answering ROLLBACK, or a batch never sent:
-//     nothing was committed. The server holds off a terminated backend's
-//     error while it writes the commit record and until the commit is
-//     done, so an error response to COMMIT means it never happened.
-//   - Anything else (the connection lost while COMMIT was answered):
-//     unknown.
+//   - COMMIT answered ROLLBACK (the transaction was aborted by an
+//     earlier error), or the batch was never sent (pgconn.SafeToRetry):
+//     nothing was committed.
+//   - An error response the server sends only for a transaction it
+//     rolled back (refusedCommit): nothing was committed.
+//   - Anything else is unknown: a lost connection; any FATAL or PANIC
+//     (a backend can be ended, or the server crash, after the commit
+//     record is written and before the answer is sent); and every error
+//     of SQLSTATE class 08, which a pooler sends when its link to the
+//     server drops, whether or not the server committed first
+//     (PgBouncer's "server conn crashed?" is 08P01). The caller settles
+//     an unknown outcome by reading what it wrote (settle.go).
 func commitOutcome(err error, answered bool) (committing bool, _ error) {
-	var pgErr *pgconn.PgError
 	switch {
 	case answered || err == nil:
 		return false, nil
-	case errors.Is(err, errRolledBack), errors.As(err, &pgErr), pgconn.SafeToRetry(err):
+	case errors.Is(err, errRolledBack), pgconn.SafeToRetry(err), refusedCommit(err):
 		return false, err
 	}
 	return true, err
 }
+
+// refusedCommit reports whether err is an error response after which
+// PostgreSQL guarantees that the transaction was not committed: severity
+// ERROR (a FATAL or PANIC may come after the commit record) with a code
+// of class 40, "Transaction Rollback" (PostgreSQL's documentation,
+// Appendix A), that says the transaction was rolled back:
+//
+//   - 40001 serialization_failure and 40P01 deadlock_detected: the
+//     documentation's chapter on concurrency control says a transaction
+//     that fails with either is rolled back as a whole and may be run
+//     again (as retryable does). At COMMIT they come from the checks
+//     that run before the commit record is written (deferred triggers
+//     and constraints, serializable transactions' pre-commit check).
+//
+// Other ERROR responses (a statement timeout or a cancel that arrives
+// while COMMIT runs, say) are left unknown rather than reasoned about:
+// settling by reading costs one read, and only on a failure.
+func refusedCommit(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" { // servers before 9.6 send only the localised one
+		severity = pgErr.Severity
+	}
+	if severity != "ERROR" {
+		return false
+	}
+	return refusedCodes[pgErr.Code]
+}
+
+// refusedCodes are the SQLSTATE codes refusedCommit accepts (see there
+// for why each). A variable only so that a test can misclassify one and
+// show that a held write still answers truly (deliveryCompletion.wrote).
+var refusedCodes = map[string]bool{sqlstateSerializationFailure: true, sqlstateDeadlockDetected: true}
 
 // readTrip reads the results of the batch oneTrip sends.
 func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) error {

@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,13 +21,30 @@ var ErrNoServer = errors.New("pgcluster: PostgreSQL server binaries (initdb, pg_
 // debugging a leftover cluster) can rely on it being next to the others.
 var serverBinaries = []string{"initdb", "pg_ctl", "postgres"}
 
-// Find locates a directory holding initdb, pg_ctl and postgres. PATH is tried
-// first; then /usr/lib/postgresql/<version>/bin (Debian/Ubuntu layout) and
+// EnvBinDir names the environment variable that points Find at one bin
+// directory, for running the tests against a given PostgreSQL version
+// (`make test/versions` sets it to each version it installs). When set,
+// Find uses that directory or fails: it never falls back to another
+// version, which would pass a version's run on the wrong server.
+const EnvBinDir = "LEDGER_TEST_PG_BIN"
+
+// Find locates a directory holding initdb, pg_ctl and postgres: the one
+// EnvBinDir names when it is set; else PATH is tried first, then
+// /usr/lib/postgresql/<version>/bin (Debian/Ubuntu layout) and
 // /usr/pgsql-<version>/bin (RPM layout), highest version first. The returned
 // directory has symlinks resolved, because PATH entries are often symlinks
 // into a versioned directory and postgres locates its share files relative
 // to its real location.
 func Find() (binDir string, err error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		if !complete(dir) {
+			return "", fmt.Errorf("%w: %s=%s lacks one of %s", ErrNoServer, EnvBinDir, dir, strings.Join(serverBinaries, ", "))
+		}
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+		return dir, nil
+	}
 	if p, err := exec.LookPath("postgres"); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil && complete(filepath.Dir(real)) {
 			return filepath.Dir(real), nil

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // deadPID returns the PID of a process that has already exited.
@@ -102,4 +104,24 @@ func TestPortTaken(t *testing.T) {
 	if err := c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestFindHonoursEnvBinDir: a bin directory named by EnvBinDir is the one
+// found, and one that lacks a server binary fails rather than fall back
+// to another version.
+func TestFindHonoursEnvBinDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range serverBinaries {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755))
+	}
+	t.Setenv(EnvBinDir, dir)
+	got, err := Find()
+	require.NoError(t, err)
+	want, err := filepath.EvalSymlinks(dir)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "postgres")))
+	_, err = Find()
+	require.ErrorIs(t, err, ErrNoServer)
 }
