@@ -143,7 +143,7 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 	}
 	var (
 		mu  sync.Mutex
-		out  ledger.LeaseResult
+		out ledger.LeaseResult
 		// runs holds each shard's grants, in its order, over all rounds.
 		runs = make([][]ledger.LeasedDelivery, len(st.shards))
 	)
