@@ -25,7 +25,8 @@ func (l *Ledger) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now tim
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return st.shards[i].Enqueue(ctx, req, now)
+	res, err := st.shards[i].Enqueue(ctx, req, now)
+	return res, wrapShard(i, err)
 }
 
 // enqueueShard is where req goes: the shard that has its ID, else its
@@ -202,7 +203,8 @@ func (l *Ledger) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner 
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return st.shards[i].MarkProcessed(ctx, id, owner, fence, action, now)
+	res, err := st.shards[i].MarkProcessed(ctx, id, owner, fence, action, now)
+	return res, wrapShard(i, err)
 }
 
 // RecordActivation finds the delivery's shard as MarkProcessed does.
@@ -211,7 +213,8 @@ func (l *Ledger) RecordActivation(ctx context.Context, id ledger.DeliveryID, act
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return st.shards[i].RecordActivation(ctx, id, activation, now)
+	res, err := st.shards[i].RecordActivation(ctx, id, activation, now)
+	return res, wrapShard(i, err)
 }
 
 // Abandon finds the delivery's shard as MarkProcessed does.
@@ -220,7 +223,8 @@ func (l *Ledger) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger
 	if err != nil {
 		return ledger.DeliveryResult{}, err
 	}
-	return st.shards[i].Abandon(ctx, id, cause, now)
+	res, err := st.shards[i].Abandon(ctx, id, cause, now)
+	return res, wrapShard(i, err)
 }
 
 // Get reads the delivery from every shard at once and returns the one

@@ -49,9 +49,11 @@ func fanOut(ctx context.Context, idx []int, f func(ctx context.Context, pos, sha
 	return errs
 }
 
+// wrapShard names the shard in a store's failure; the caller's own
+// mistakes (ErrInvalid) stay as the store returned them.
 func wrapShard(i int, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || isCallerError(err) {
+		return err
 	}
 	var se *ShardError
 	if errors.As(err, &se) {

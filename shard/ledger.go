@@ -215,17 +215,14 @@ func (l *Ledger) byID(ctx context.Context, id ledger.DeliveryID) (*ledgerState, 
 // names, with the shard's own token. A token this ledger did not mint is
 // routed by the delivery's ID and passed on unchanged, so the shard
 // answers it as it answers any stale or forged token.
-func (l *Ledger) byLease(ctx context.Context, lease ledger.Lease) (ledger.Ledger, ledger.Lease, error) {
+func (l *Ledger) byLease(ctx context.Context, lease ledger.Lease) (*ledgerState, int, ledger.Lease, error) {
 	st := l.state.Load()
 	if i, inner, ok := unwrapToken(lease.Token, len(st.shards)); ok {
 		lease.Token = inner
-		return st.shards[i], lease, nil
+		return st, i, lease, nil
 	}
 	st, i, err := l.byID(ctx, lease.DeliveryID)
-	if err != nil {
-		return nil, lease, err
-	}
-	return st.shards[i], lease, nil
+	return st, i, lease, err
 }
 
 // withLease runs call on the shard the lease routes to. The token names
@@ -234,20 +231,20 @@ func (l *Ledger) byLease(ctx context.Context, lease ledger.Lease) (ledger.Ledger
 // the call is made again on the shard that holds the ID, which answers
 // it as one store would (LeaseLost). The common path is one call.
 func (l *Ledger) withLease(ctx context.Context, lease ledger.Lease, call func(s ledger.Ledger, lease ledger.Lease) (ledger.Outcome, error)) error {
-	s, inner, err := l.byLease(ctx, lease)
+	st, i, inner, err := l.byLease(ctx, lease)
 	if err != nil {
 		return err
 	}
-	out, err := call(s, inner)
-	if err != nil || out != ledger.OutcomeNotFound || len(l.state.Load().shards) == 1 {
+	out, err := call(st.shards[i], inner)
+	if err != nil || out != ledger.OutcomeNotFound || len(st.shards) == 1 {
+		return wrapShard(i, err)
+	}
+	st2, j, err := l.byID(ctx, lease.DeliveryID)
+	if err != nil || st2.shards[j] == st.shards[i] {
 		return err
 	}
-	st, i, err := l.byID(ctx, lease.DeliveryID)
-	if err != nil || st.shards[i] == s {
-		return err
-	}
-	_, err = call(st.shards[i], inner)
-	return err
+	_, err = call(st2.shards[j], inner)
+	return wrapShard(j, err)
 }
 
 func isCallerError(err error) bool { return errors.Is(err, ledger.ErrInvalid) }
