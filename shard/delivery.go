@@ -60,6 +60,65 @@ func (l *Ledger) reportErr(err error) {
 	}
 }
 
+// batchShards is enqueueShard for a batch: one look-up per shard for
+// all the IDs (each shard's reads in a row, the shards concurrently), and
+// a later request with an ID seen earlier goes where the first went.
+func (l *Ledger) batchShards(ctx context.Context, st *ledgerState, reqs []ledger.EnqueueRequest) ([]int, error) {
+	dest := make([]int, len(reqs))
+	for k, r := range reqs {
+		i, err := st.home(r.Target)
+		if err != nil {
+			return nil, err
+		}
+		dest[k] = i
+	}
+	if l.cfg.idCheck && len(st.shards) > 1 {
+		// found[i][k]: shard i holds reqs[k].ID.
+		found := make([][]bool, len(st.shards))
+		errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
+			found[pos] = make([]bool, len(reqs))
+			for k, r := range reqs {
+				_, err := st.shards[i].Get(ctx, r.ID)
+				switch {
+				case err == nil:
+					found[pos][k] = true
+				case errors.Is(err, ledger.ErrNotFound):
+				default:
+					return err
+				}
+			}
+			return nil
+		})
+		for i, err := range errs {
+			if err == nil {
+				continue
+			}
+			if isCallerError(err) {
+				return nil, unwrapShard(err)
+			}
+			l.reportErr(err)
+			found[i] = nil // its IDs unknown: the others decide
+		}
+		for k := range reqs {
+			for i := range found {
+				if found[i] != nil && found[i][k] {
+					dest[k] = i
+					break
+				}
+			}
+		}
+	}
+	firstAt := make(map[ledger.DeliveryID]int, len(reqs))
+	for k, r := range reqs {
+		if j, ok := firstAt[r.ID]; ok {
+			dest[k] = dest[j]
+			continue
+		}
+		firstAt[r.ID] = k
+	}
+	return dest, nil
+}
+
 // EnqueueBatch groups the requests by the shard each goes to (as Enqueue
 // chooses it; a later request with an ID seen earlier in the batch goes
 // where the first went) and writes each group in one call, concurrently.
@@ -75,18 +134,9 @@ func (l *Ledger) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest,
 		return nil, err
 	}
 	st := l.state.Load()
-	dest := make([]int, len(reqs))
-	firstAt := map[ledger.DeliveryID]int{}
-	for k, r := range reqs {
-		if j, ok := firstAt[r.ID]; ok {
-			dest[k] = dest[j]
-			continue
-		}
-		i, err := l.enqueueShard(ctx, st, r)
-		if err != nil {
-			return nil, err
-		}
-		dest[k], firstAt[r.ID] = i, k
+	dest, err := l.batchShards(ctx, st, reqs)
+	if err != nil {
+		return nil, err
 	}
 	groups := map[int][]int{}
 	for k, i := range dest {

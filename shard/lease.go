@@ -157,7 +157,11 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 		for k := range res.Leased {
 			res.Leased[k].Lease.Token = wrapToken(i, res.Leased[k].Lease.Token)
 		}
-		runs[i] = append(runs[i], res.Leased...)
+		if runs[i] == nil {
+			runs[i] = res.Leased // the common case: one round, no copy
+		} else {
+			runs[i] = append(runs[i], res.Leased...)
+		}
 		out.Reclaimed = append(out.Reclaimed, res.Reclaimed...)
 		return len(res.Leased), nil
 	}
@@ -242,7 +246,22 @@ func split(n, k, start int) []int {
 // time then ID: the order one store would give when offers are made at
 // enqueue, as most are.
 func interleave(runs [][]ledger.LeasedDelivery) []ledger.LeasedDelivery {
-	var out []ledger.LeasedDelivery
+	total, nonEmpty := 0, 0
+	for _, run := range runs {
+		total += len(run)
+		if len(run) > 0 {
+			nonEmpty++
+		}
+	}
+	if nonEmpty <= 1 {
+		for _, run := range runs {
+			if len(run) > 0 {
+				return run
+			}
+		}
+		return nil
+	}
+	out := make([]ledger.LeasedDelivery, 0, total)
 	for {
 		best := -1
 		for r, run := range runs {
