@@ -444,61 +444,70 @@ func interleaveClaims(runs [][]ledger.ClaimedEntry, less func(a, b ledger.Outbox
 
 // MarkClaimDelivered goes to the shard the claim's token names: one call.
 func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, result ledger.EmissionResult) (ledger.OutboxResult, error) {
-	i, claim, err := o.byClaim(ctx, claim)
-	if err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return o.shards[i].MarkClaimDelivered(ctx, claim, result)
+	return o.withClaim(ctx, claim, func(s ledger.ClaimStore, claim ledger.Claim) (ledger.OutboxResult, error) {
+		return s.MarkClaimDelivered(ctx, claim, result)
+	})
 }
 
 // MarkClaimFailed goes to the shard the claim's token names: one call.
 func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxResult, error) {
-	i, claim, err := o.byClaim(ctx, claim)
-	if err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return o.shards[i].MarkClaimFailed(ctx, claim, emissionErr, nextRetry)
+	return o.withClaim(ctx, claim, func(s ledger.ClaimStore, claim ledger.Claim) (ledger.OutboxResult, error) {
+		return s.MarkClaimFailed(ctx, claim, emissionErr, nextRetry)
+	})
 }
 
 // MarkClaimDeadLettered goes to the shard the claim's token names: one call.
 func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
-	i, claim, err := o.byClaim(ctx, claim)
-	if err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return o.shards[i].MarkClaimDeadLettered(ctx, claim, emissionErr, reason)
+	return o.withClaim(ctx, claim, func(s ledger.ClaimStore, claim ledger.Claim) (ledger.OutboxResult, error) {
+		return s.MarkClaimDeadLettered(ctx, claim, emissionErr, reason)
+	})
 }
 
 // ReleaseClaim goes to the shard the claim's token names: one call.
 func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
-	i, claim, err := o.byClaim(ctx, claim)
-	if err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return o.shards[i].ReleaseClaim(ctx, claim, reason)
+	return o.withClaim(ctx, claim, func(s ledger.ClaimStore, claim ledger.Claim) (ledger.OutboxResult, error) {
+		return s.ReleaseClaim(ctx, claim, reason)
+	})
 }
 
 // SaveClaim goes to the shard the claim's token names: one call.
 func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger.OutboxEntry) (ledger.OutboxResult, error) {
-	i, claim, err := o.byClaim(ctx, claim)
-	if err != nil {
-		return ledger.OutboxResult{}, err
-	}
-	return o.shards[i].SaveClaim(ctx, claim, entry)
+	return o.withClaim(ctx, claim, func(s ledger.ClaimStore, claim ledger.Claim) (ledger.OutboxResult, error) {
+		return s.SaveClaim(ctx, claim, entry)
+	})
 }
 
 // RenewClaim goes to the shard the claim's token names: one call. A shard that
 // is not a ledger.ClaimRenewer answers ErrInvalid.
 func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Time, duration time.Duration) (ledger.OutboxResult, error) {
-	i, claim, err := o.byClaim(ctx, claim)
+	return o.withClaim(ctx, claim, func(s ledger.ClaimStore, claim ledger.Claim) (ledger.OutboxResult, error) {
+		r, ok := s.(ledger.ClaimRenewer)
+		if !ok {
+			return ledger.OutboxResult{}, &ledger.InvalidError{Field: "outbox", Reason: "the shard does not renew claims"}
+		}
+		return r.RenewClaim(ctx, claim, now, duration)
+	})
+}
+
+// withClaim runs call on the shard the claim routes to and, when that
+// shard does not know the entry (a claim passed with another entry's ID),
+// again on the shard that holds the ID, which answers it as one store
+// would. The common path is one call.
+func (o *Outbox) withClaim(ctx context.Context, c ledger.Claim, call func(ledger.ClaimStore, ledger.Claim) (ledger.OutboxResult, error)) (ledger.OutboxResult, error) {
+	i, inner, err := o.byClaim(ctx, c)
 	if err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	r, ok := o.shards[i].(ledger.ClaimRenewer)
-	if !ok {
-		return ledger.OutboxResult{}, &ledger.InvalidError{Field: "outbox", Reason: "the shard does not renew claims"}
+	res, err := call(o.shards[i], inner)
+	if err != nil || res.Outcome != ledger.OutcomeNotFound || len(o.shards) == 1 {
+		return res, wrapShard(i, err)
 	}
-	return r.RenewClaim(ctx, claim, now, duration)
+	j, found, err := o.locate(ctx, c.EntryID)
+	if err != nil || !found || j == i {
+		return res, err
+	}
+	res, err = call(o.shards[j], inner)
+	return res, wrapShard(j, err)
 }
 
 // CompleteClaims completes each shard's part in one call, concurrently,
