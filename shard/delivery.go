@@ -39,7 +39,15 @@ func (l *Ledger) enqueueShard(ctx context.Context, st *ledgerState, req ledger.E
 	if !l.cfg.idCheck || len(st.shards) == 1 || ledger.ValidateName("id", string(req.ID)) != nil {
 		return home, nil
 	}
-	i, _, found, err := l.locate(ctx, st, req.ID)
+	// The home shard needs no look-up: if it has the ID, the enqueue
+	// there answers Repeated or Conflict itself.
+	others := make([]int, 0, len(st.shards)-1)
+	for i := range st.shards {
+		if i != home {
+			others = append(others, i)
+		}
+	}
+	i, _, found, err := l.locateIn(ctx, st, others, req.ID)
 	if err != nil {
 		if isCallerError(err) {
 			return 0, err
@@ -78,6 +86,9 @@ func (l *Ledger) batchShards(ctx context.Context, st *ledgerState, reqs []ledger
 		errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
 			found[pos] = make([]bool, len(reqs))
 			for k, r := range reqs {
+				if dest[k] == i {
+					continue // its home answers for itself
+				}
 				_, err := st.shards[i].Get(ctx, r.ID)
 				switch {
 				case err == nil:

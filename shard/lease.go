@@ -29,11 +29,8 @@ type seenOwners struct {
 	// last is the incarnation last presented; "" when unknown, which
 	// forces a reclaim call.
 	last map[agentShard]string
-	// flying counts, per agent and shard, the calls under way by
-	// incarnation; mixed marks a key on which two incarnations' calls
-	// overlapped, whose order at the shard is then unknown.
-	flying map[agentShard]map[string]int
-	mixed  map[agentShard]bool
+	// flying tracks the calls under way per agent and shard.
+	flying map[agentShard]flight
 	// next rotates which shard gets the remainder of a split limit, so
 	// that small limits take from every shard in turn.
 	next atomic.Uint64
@@ -44,6 +41,15 @@ type agentShard struct {
 	shard int
 }
 
+// flight counts the Lease calls under way for one agent on one shard;
+// mixed marks that calls of two incarnations overlapped, so that their
+// order at the shard is unknown.
+type flight struct {
+	incarnation string
+	n           int
+	mixed       bool
+}
+
 // begin records a Lease by owner under way over n shards.
 func (s *seenOwners) begin(owner ledger.Owner, n int) {
 	s.mu.Lock()
@@ -52,19 +58,17 @@ func (s *seenOwners) begin(owner ledger.Owner, n int) {
 		s.last = make(map[agentShard]string)
 	}
 	if s.flying == nil {
-		s.flying, s.mixed = make(map[agentShard]map[string]int), make(map[agentShard]bool)
+		s.flying = make(map[agentShard]flight)
 	}
 	for i := range n {
 		k := agentShard{owner.Agent, i}
 		f := s.flying[k]
-		if f == nil {
-			f = make(map[string]int)
-			s.flying[k] = f
+		if f.n > 0 && f.incarnation != owner.Incarnation {
+			f.mixed = true
 		}
-		f[owner.Incarnation]++
-		if len(f) > 1 {
-			s.mixed[k] = true
-		}
+		f.incarnation = owner.Incarnation
+		f.n++
+		s.flying[k] = f
 	}
 }
 
@@ -90,19 +94,16 @@ func (s *seenOwners) end(owner ledger.Owner, n int, presented []int) {
 	for i := range n {
 		k := agentShard{owner.Agent, i}
 		f := s.flying[k]
-		f[owner.Incarnation]--
-		if f[owner.Incarnation] == 0 {
-			delete(f, owner.Incarnation)
-		}
 		switch {
-		case s.mixed[k]:
+		case f.mixed:
 			s.last[k] = ""
 		case slices.Contains(presented, i):
 			s.last[k] = owner.Incarnation
 		}
-		if len(f) == 0 {
+		if f.n--; f.n == 0 {
 			delete(s.flying, k)
-			delete(s.mixed, k)
+		} else {
+			s.flying[k] = f
 		}
 	}
 }

@@ -165,12 +165,24 @@ func (st *ledgerState) every() []int {
 // has the record; when none has it and one failed, that error is
 // returned, since the record may be on it.
 func (l *Ledger) locate(ctx context.Context, st *ledgerState, id ledger.DeliveryID) (shard int, d ledger.Delivery, found bool, err error) {
+	return l.locateIn(ctx, st, st.every(), id)
+}
+
+// locateIn is locate over the shards in idx only.
+func (l *Ledger) locateIn(ctx context.Context, st *ledgerState, idx []int, id ledger.DeliveryID) (shard int, d ledger.Delivery, found bool, err error) {
 	recs := make([]ledger.Delivery, len(st.shards))
-	errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
+	errs := make([]error, len(st.shards))
+	for i := range errs {
+		errs[i] = ledger.ErrNotFound
+	}
+	got := fanOut(ctx, idx, func(ctx context.Context, pos, i int) error {
 		var err error
-		recs[pos], err = st.shards[i].Get(ctx, id)
+		recs[i], err = st.shards[i].Get(ctx, id)
 		return err
 	})
+	for pos, i := range idx {
+		errs[i] = got[pos]
+	}
 	var failed error
 	for i, err := range errs {
 		switch {
