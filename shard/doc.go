@@ -1,7 +1,7 @@
 // Package shard spreads one ledger over several stores: a Ledger is a
 // ledger.Ledger over N ledgers, an Outbox a ledger.ClaimStore over N claim
-// stores, of any kind (pgstore databases on separate servers, pgstore
-// schemas on a Citus cluster, memstores in tests). The host code does not
+// stores, of any kind (pgstore databases on separate servers, memstores in
+// tests); it sees the stores only through the contract. The host code does not
 // change: it never names a shard, and the dispatch loops run over a
 // sharded store as over one store.
 //
@@ -34,16 +34,17 @@
 // AcknowledgeProcessed when the ledger has it, as a Ledger does, so the
 // loop's common path is Lease plus one call per delivery.
 //
-// Enqueue looks the ID up the same way before it writes (see
+// Enqueue looks the ID up on every other shard before it writes (see
 // Ledger.Enqueue), so that the idempotency rule holds across shards: the
 // same ID under a target on another shard is Conflict, a repeat is
 // Repeated wherever the record lives. WithoutIDCheck makes an enqueue one
-// call to one shard when IDs cannot repeat across targets.
+// call to one shard when IDs cannot repeat across targets; docs/scale.md
+// says what the look-up costs.
 //
 // Lease, ClaimPending, ClaimRetryReady and ClaimDue ask every shard that
 // may hold matching work, concurrently, splitting the limit between them
-// (see Ledger.Lease). List, ListEntries, Stats, OutboxStats, Expire and
-// ExpireCeremony ask every shard and merge: lists in ID order behind the
+// (see Ledger.Lease). List, ListEntries, ListEnded, ListEndedEntries,
+// Stats, OutboxStats, Expire and ExpireCeremony ask every shard and merge: lists in ID order behind the
 // stores' own cursor (ledger.EncodeCursor of the last ID), so paging is
 // as stable as on one store; statistics by adding counts and taking the
 // earliest oldest time. Leadership (ledger.Elector) lives on shard 0.
@@ -86,4 +87,9 @@
 //   - A Follow supersession across shards leaves the moved work on the
 //     previous target's shard until Move brings it over; until then only
 //     the Ledger that superseded leases it for the replacement.
+//   - Redrive (ledger.Redriver, ledger.OutboxRedriver) is not offered: a
+//     redrive by filter writes in one store's transaction up to a limit
+//     in one order, which no merge of several stores' batches gives.
+//     Redrive on the shard itself (Ledger.Shards), where the record and
+//     its redrive live together.
 package shard
