@@ -106,8 +106,7 @@ func (l *Ledger) AddShard(s ledger.Ledger) int {
 
 // Place replaces the placement of targets. Calls already under way
 // finish with the old one. A target whose answer changes must have no
-// open work on its old shard, or be moved with Move, which calls Place
-// itself.
+// open work on its old shard, or be moved there from with Move.
 func (l *Ledger) Place(f PlaceFunc) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -365,3 +365,30 @@ func TestADownShardFailsOnlyTheCallsThatNeedIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ledger.OutcomeApplied, out.Outcome, "back up, the shard answers again")
 }
+
+// TestHashIsStable pins Hash's answers: a change to the hash would move
+// every target of a running ledger to another shard, away from its open
+// work, so it must never change.
+func TestHashIsStable(t *testing.T) {
+	h := shard.Hash(3)
+	got := map[ledger.Target]int{}
+	for _, target := range []ledger.Target{"host-1", "host-2", "host-3", "host-4", "host-old", "host-new"} {
+		got[target] = h(target)
+	}
+	require.Equal(t, map[ledger.Target]int{
+		"host-1": 0, "host-2": 0, "host-3": 0, "host-4": 2, "host-old": 1, "host-new": 0,
+	}, got)
+	require.Equal(t, 5, shard.Hash(16)("tenant-42/host-7"))
+}
+
+func TestAPlacementOutOfRangeIsAnError(t *testing.T) {
+	l, err := shard.New([]ledger.Ledger{memstore.New(), memstore.New()},
+		shard.WithPlacement(func(ledger.Target) int { return 2 }))
+	require.NoError(t, err)
+	_, err = l.Enqueue(t.Context(), ledger.EnqueueRequest{ID: "d-1", Target: "t"}, t0)
+	require.Error(t, err)
+	_, err = l.Lease(t.Context(), ledger.LeaseFilter{Targets: []ledger.Target{"t"}}, ownerA, t0, time.Minute, 1)
+	require.Error(t, err)
+	_, err = shard.New(nil)
+	require.ErrorIs(t, err, shard.ErrNoShards)
+}
