@@ -18,7 +18,8 @@
 //
 // Calls that carry a lease or a claim (Acknowledge, AcknowledgeProcessed,
 // MarkFailed, Release, RenewLease, the claim completions) are one call to
-// one shard: the token handed out by Lease is the shard's index, a
+// one shard (a second only when the shard named answers NotFound, for a
+// lease passed with another delivery's ID): the token handed out by Lease is the shard's index, a
 // separator, and the shard's own token ("2~K7Q..."). The shard's part
 // keeps all its randomness, so the token is as unguessable as the store's;
 // like every token it never appears in a record read back (records keep
@@ -61,7 +62,9 @@
 // sweeping on the other shards, and pick the shard up again on their next
 // call once it is back: there is no connection state here to repair.
 // Merged reads (List, Stats) fail while any shard is down, since an answer
-// without it would be wrong.
+// without it would be wrong. Leads live on shard 0: while it is down,
+// sweeps, which take a lead first, pause; leases that ran out are still
+// taken back by the next Lease on each shard.
 //
 // # Growing
 //
