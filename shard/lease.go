@@ -145,6 +145,8 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 	var (
 		mu  sync.Mutex
 		out ledger.LeaseResult
+		// presented lists the shards that answered a call of this Lease.
+		presented []int
 		// runs holds each shard's grants, in its order, over all rounds.
 		runs = make([][]ledger.LeasedDelivery, len(st.shards))
 	)
@@ -155,6 +157,7 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		presented = append(presented, i)
 		for k := range res.Leased {
 			res.Leased[k].Lease.Token = wrapToken(i, res.Leased[k].Lease.Token)
 		}
@@ -170,7 +173,8 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 	var errs []error
 	var asked []int
 	l.seen.begin(owner, len(st.shards))
-	defer func() { l.seen.end(owner, len(st.shards), asked) }()
+	// Only a shard that answered has seen the incarnation.
+	defer func() { l.seen.end(owner, len(st.shards), presented) }()
 	open := idx // shards that may have more
 	left := limit
 	for left > 0 && len(open) > 0 {

@@ -392,3 +392,27 @@ func TestAPlacementOutOfRangeIsAnError(t *testing.T) {
 	_, err = shard.New(nil)
 	require.ErrorIs(t, err, shard.ErrNoShards)
 }
+
+// TestIncarnationRuleWaitsForADownShard: a shard that was down when an
+// agent's new incarnation first leased has not seen it, so the next lease
+// takes the old incarnation's leases back there.
+func TestIncarnationRuleWaitsForADownShard(t *testing.T) {
+	stores := []*downStore{{Store: memstore.New()}, {Store: memstore.New()}}
+	l, err := shard.New([]ledger.Ledger{stores[0], stores[1]}, shard.WithPlacement(placed))
+	require.NoError(t, err)
+	enqueue(t, l, "d-1", "t1-a", t0)
+	res, err := l.Lease(t.Context(), ledger.LeaseFilter{}, ownerA, t0, time.Hour, 1)
+	require.NoError(t, err)
+	require.Len(t, res.Leased, 1)
+
+	reborn := ledger.Owner{Agent: ownerA.Agent, Incarnation: "boot-2"}
+	only0 := ledger.LeaseFilter{Targets: []ledger.Target{"t0-a"}}
+	stores[1].down.Store(true)
+	res, err = l.Lease(t.Context(), only0, reborn, t0.Add(time.Second), time.Hour, 1)
+	require.NoError(t, err)
+	require.Empty(t, res.Reclaimed, "shard 1 cannot answer")
+	stores[1].down.Store(false)
+	res, err = l.Lease(t.Context(), only0, reborn, t0.Add(2*time.Second), time.Hour, 1)
+	require.NoError(t, err)
+	require.Equal(t, []ledger.DeliveryID{"d-1"}, res.Reclaimed, "back up, shard 1 takes the old lease back")
+}
