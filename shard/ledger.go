@@ -55,7 +55,8 @@ type Option func(*config)
 func WithPlacement(f PlaceFunc) Option { return func(c *config) { c.place = f } }
 
 // WithoutIDCheck drops the look-up that Enqueue makes on the other
-// shards before it writes, so that an enqueue is one call to one shard.
+// shards before it writes (Ledger's and Outbox's), so that an enqueue is
+// one call to one shard.
 // The idempotency rule then holds within a shard only: an ID already
 // used for a target on another shard is Applied again, as a second,
 // separate delivery, instead of Conflict. Use it when IDs cannot repeat

@@ -34,23 +34,26 @@ import (
 // Entries never move: the number of shards is fixed when the Outbox is
 // built. (Deliveries, which need to grow by target, are the Ledger's.)
 type Outbox struct {
-	shards []ledger.ClaimStore
-	report ErrorFunc
-	next   atomic.Uint64 // rotates the remainder of split limits
+	shards  []ledger.ClaimStore
+	report  ErrorFunc
+	idCheck bool
+	next    atomic.Uint64 // rotates the remainder of split limits
 }
 
 // NewOutbox returns an Outbox over shards, in that order; the same stores
-// must be given in the same order each time. Of the options only
-// WithErrorFunc applies. It fails with ErrNoShards when shards is empty.
+// must be given in the same order each time. WithErrorFunc and
+// WithoutIDCheck apply (the latter makes an enqueue one call to its
+// provider's shard, with the rule then holding per shard); WithPlacement
+// does not. It fails with ErrNoShards when shards is empty.
 func NewOutbox(shards []ledger.ClaimStore, opts ...Option) (*Outbox, error) {
 	if len(shards) == 0 {
 		return nil, ErrNoShards
 	}
-	var cfg config
+	cfg := config{idCheck: true}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Outbox{shards: slices.Clone(shards), report: cfg.report}, nil
+	return &Outbox{shards: slices.Clone(shards), report: cfg.report, idCheck: cfg.idCheck}, nil
 }
 
 // Compile-time checks: the interfaces the dispatch loops, the sweeper and
@@ -125,7 +128,7 @@ func (o *Outbox) byClaim(ctx context.Context, c ledger.Claim) (int, ledger.Claim
 // provider's.
 func (o *Outbox) enqueueShard(ctx context.Context, env ledger.Envelope) (int, error) {
 	home := o.home(env.Provider)
-	if len(o.shards) == 1 || ledger.ValidateName("idempotency key", env.IdempotencyKey) != nil {
+	if !o.idCheck || len(o.shards) == 1 || ledger.ValidateName("idempotency key", env.IdempotencyKey) != nil {
 		return home, nil
 	}
 	i, found, err := o.locate(ctx, ledger.OutboxEntryIDFor(env.IdempotencyKey))

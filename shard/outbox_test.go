@@ -145,3 +145,42 @@ func TestDispatcherDrainsTheOtherShardsWhileOneIsDown(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(total), stats.ByStatus[ledger.OutboxStatusDelivered])
 }
+
+func TestOutboxWithoutIDCheckHoldsTheRulePerShard(t *testing.T) {
+	stores := []ledger.ClaimStore{memstore.NewOutbox(), memstore.NewOutbox(), memstore.NewOutbox()}
+	o, err := shard.NewOutbox(stores, shard.WithoutIDCheck())
+	require.NoError(t, err)
+	// Two providers on different shards, one key.
+	var a, b string
+	for i := 0; b == ""; i++ {
+		p := fmt.Sprintf("p-%d", i)
+		switch {
+		case a == "":
+			a = p
+		case shardOf(t, stores, o, p) != shardOf(t, stores, o, a):
+			b = p
+		}
+	}
+	res, err := o.Enqueue(t.Context(), ledger.Envelope{Provider: a, Kind: "k", IdempotencyKey: "same"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.OutcomeApplied, res.Outcome)
+	res, err = o.Enqueue(t.Context(), ledger.Envelope{Provider: b, Kind: "k", IdempotencyKey: "same"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.OutcomeApplied, res.Outcome, "without the look-up, another shard does not know the key")
+}
+
+// shardOf enqueues a probe for provider and returns the store it landed
+// on.
+func shardOf(t *testing.T, stores []ledger.ClaimStore, o *shard.Outbox, provider string) int {
+	t.Helper()
+	key := "probe-" + provider
+	_, err := o.Enqueue(t.Context(), ledger.Envelope{Provider: provider, Kind: "k", IdempotencyKey: key})
+	require.NoError(t, err)
+	for i, s := range stores {
+		if _, err := s.FindByID(t.Context(), ledger.OutboxEntryIDFor(key)); err == nil {
+			return i
+		}
+	}
+	t.Fatalf("probe for %s not found", provider)
+	return -1
+}
