@@ -90,9 +90,11 @@
 //   - A Follow supersession across shards leaves the moved work on the
 //     previous target's shard until Move brings it over; until then only
 //     the Ledger that superseded leases it for the replacement.
-//   - Redrive (ledger.Redriver, ledger.OutboxRedriver) is not offered: a
-//     redrive by filter writes in one store's transaction up to a limit
-//     in one order, which no merge of several stores' batches gives.
-//     Redrive on the shard itself (Ledger.Shards), where the record and
-//     its redrive live together.
+//   - Redrive (ledger.Redriver, ledger.OutboxRedriver) is not offered. A
+//     redrive by filter takes, in one transaction, up to a limit of
+//     records oldest end first, each under a derived ID that must be free:
+//     shard by shard, the order is the shards' and a derived ID taken on
+//     another shard goes unseen, and both are rules of the conformance
+//     suite. Redrive on the shard itself (Ledger.Shards), where the record
+//     and its redrive live together.
 package shard
