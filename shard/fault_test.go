@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,11 +40,11 @@ func TestWorkersDrainThroughAShardThatGoesDown(t *testing.T) {
 	stores := []*pgstore.Store{pgStore(t, urls[0], quiet), pgStore(t, victim.DSN(), quiet), pgStore(t, urls[1], quiet)}
 
 	targets := []ledger.Target{"t0-a", "t0-b", "t1-a", "t1-b", "t2-a", "t2-b"}
-	var reports sync.Map // shard -> failures reported
+	var reports sync.Map // shard -> *atomic.Int64, failures reported
 	l, err := shard.New([]ledger.Ledger{stores[0], stores[1], stores[2]}, shard.WithPlacement(placed),
 		shard.WithErrorFunc(func(e *shard.ShardError) {
-			n, _ := reports.LoadOrStore(e.Shard, new(int))
-			*n.(*int)++
+			n, _ := reports.LoadOrStore(e.Shard, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
 		}))
 	require.NoError(t, err)
 
