@@ -22,7 +22,9 @@
 //     restarted once.
 //
 // The in-memory store gets the faults that apply to it: crashed holders,
-// skewed clocks and cancelled contexts.
+// skewed clocks and cancelled contexts. It runs once as one store and once
+// spread over three (shard.New and shard.NewOutbox over three memstores),
+// so that the routing is held to the same checker.
 //
 // Afterwards time is driven far forward, Expire is run until nothing
 // changes, and a clean worker finishes whatever is still open, so every
