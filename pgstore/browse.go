@@ -47,9 +47,10 @@ type browseQueries struct {
 	// ID, $2 the providers, $3 the statuses (empty arrays match all), $4
 	// the limit.
 	listEntries [2]string
-	// listEntriesByKey is listEntries[0] for the entries of one
-	// idempotency key, $5, read through outbox_entries_key_idx
-	// (migration 0012).
+	// listEntriesByKey is listEntries[0] for the entry of one
+	// idempotency key, $6, whose ID the key fixes, $5
+	// (ledger.OutboxEntryIDFor: a redriven entry takes a new key), found
+	// through the primary key.
 	listEntriesByKey string
 	// endedDeliveries and endedEntries read what ended in [$1, $2), latest
 	// first, at most $3.
@@ -92,7 +93,7 @@ func newBrowseQueries(schema string, dcols, ocols []string) browseQueries {
 			selectEntries + strings.Replace(listEntriesTemplate, "%s", "", 1),
 			selectEntries + strings.Replace(listEntriesTemplate, "%s", " AND "+openEntriesWhere, 1),
 		},
-		listEntriesByKey: selectEntries + strings.Replace(listEntriesTemplate, "%s", " AND idempotency_key = $5", 1),
+		listEntriesByKey: selectEntries + strings.Replace(listEntriesTemplate, "%s", " AND id = $5 AND idempotency_key = $6", 1),
 		endedDeliveries: "SELECT id, target, state, cause_kind, ended_at FROM " + deliveries +
 			" WHERE ended_at >= $1 AND ended_at < $2 ORDER BY ended_at DESC, id DESC LIMIT $3",
 		endedEntries: "SELECT id, provider, status, ended_at FROM " + outbox +
@@ -138,10 +139,9 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	sql := s.q.browse.listEntries[b2i(openOnly(q.Statuses, ledger.OutboxStatus.Terminal))]
 	args := []any{string(after), providers, statuses, q.Limit + 1}
 	if q.IdempotencyKey != "" {
-		// The key picks a handful of rows at most: its index beats the
-		// open partial indexes, whatever the statuses asked for.
+		// The key names one entry at most, whose ID it fixes.
 		sql = s.q.browse.listEntriesByKey
-		args = append(args, q.IdempotencyKey)
+		args = append(args, string(ledger.OutboxEntryIDFor(q.IdempotencyKey)), q.IdempotencyKey)
 	}
 	var page ledger.OutboxPage
 	err := s.readIndexed(ctx, "list entries", func(db dbtx) error {

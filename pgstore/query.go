@@ -304,7 +304,7 @@ type queries struct {
 	insertDelivery, insertEntry             string
 	redrivableDeliveries, redrivableEntries string
 	// redrivableEntriesByKey is redrivableEntries for one idempotency
-	// key, $7.
+	// key, $8, and the ID it fixes, $7.
 	redrivableEntriesByKey string
 }
 
@@ -432,9 +432,9 @@ func newQueries(schema string) *queries {
 	}
 	q.redrivableDeliveries = redrivable(dcols, deliveries, "state", "target")
 	q.redrivableEntries = redrivable(ocols, outbox, "status", "provider")
-	// One key's entries: read through outbox_entries_key_idx (migration
-	// 0012), not the walk of every ended entry.
-	q.redrivableEntriesByKey = strings.Replace(q.redrivableEntries, "WHERE ended_at IS NOT NULL", "WHERE idempotency_key = $7 AND ended_at IS NOT NULL", 1)
+	// One key's entry: its ID is the key's (ledger.OutboxEntryIDFor),
+	// $7, found through the primary key, not by walking every ended entry.
+	q.redrivableEntriesByKey = strings.Replace(q.redrivableEntries, "WHERE ended_at IS NOT NULL", "WHERE id = $7 AND idempotency_key = $8 AND ended_at IS NOT NULL", 1)
 	q.grantFailure, q.grantReason = grantProbe()
 	q.browse = newBrowseQueries(schema, dcols, ocols)
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")

@@ -299,7 +299,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 		}
 		sql, args := s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)
 		if q.IdempotencyKey != "" {
-			sql, args = s.q.redrivableEntriesByKey, append(args, q.IdempotencyKey)
+			sql, args = s.q.redrivableEntriesByKey, append(args, string(ledger.OutboxEntryIDFor(q.IdempotencyKey)), q.IdempotencyKey)
 		}
 		rows, err := tx.Query(ctx, sql, args...)
 		if err != nil {
