@@ -152,6 +152,19 @@ func (s *Store) readIndexed(ctx context.Context, op string, fn func(db dbtx) err
 	})
 }
 
+// indexesFirst runs rangePrelude in tx, a transaction of the store's own
+// that reads a range of rows and then writes (a sweep, a purge, a
+// redrive by filter). In the caller's transaction (WithTx) it does
+// nothing: the savepoint such a call commits would leave the setting on
+// for the rest of the caller's transaction.
+func (s *Store) indexesFirst(ctx context.Context, tx pgx.Tx) error {
+	if s.callerTx {
+		return nil
+	}
+	_, err := tx.Exec(ctx, rangePrelude)
+	return err
+}
+
 // retry runs attempt until it succeeds, fails with an error that is not
 // safe to retry, the retries are used up or ctx is done, and wraps the
 // final error with op.

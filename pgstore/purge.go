@@ -147,7 +147,7 @@ func (s *Store) purge(ctx context.Context, op, query string, olderThan time.Time
 	var n int
 	err := s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
 		n = 0 // a retried attempt starts again
-		if _, err := tx.Exec(ctx, rangePrelude); err != nil {
+		if err := s.indexesFirst(ctx, tx); err != nil {
 			return false, err
 		}
 		rows, err := tx.Query(ctx, query, olderThan, limit)

@@ -94,7 +94,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	var batch ledger.RedriveBatch
 	err = s.enqueueOnce(ctx, "redrive matching", func(tx pgx.Tx) (bool, error) {
 		batch = ledger.RedriveBatch{}
-		if _, err := tx.Exec(ctx, rangePrelude); err != nil {
+		if err := s.indexesFirst(ctx, tx); err != nil {
 			return false, err
 		}
 		rows, err := tx.Query(ctx, s.q.redrivableDeliveries, redriveArgs(after, q.Cutoff(now), states, targets, q.Limit)...)
@@ -294,7 +294,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 	var batch ledger.RedriveEntryBatch
 	err := s.enqueueOnce(ctx, "redrive entries matching", func(tx pgx.Tx) (bool, error) {
 		batch = ledger.RedriveEntryBatch{}
-		if _, err := tx.Exec(ctx, rangePrelude); err != nil {
+		if err := s.indexesFirst(ctx, tx); err != nil {
 			return false, err
 		}
 		sql, args := s.q.redrivableEntries, redriveArgs(after, entryCutoff(q.EndedBefore), statuses, providers, q.Limit)

@@ -30,7 +30,7 @@ type sweepStep func(d ledger.Delivery) (ledger.Delivery, bool)
 // ID read, and whether the batch was full (more rows may follow). query
 // takes $1 after, $2 the batch size, then args.
 func (s *Store) sweepBatch(ctx context.Context, tx pgx.Tx, h how, counts deliveryCounts, query, after string, args []any, step sweepStep) (changed []ledger.DeliveryID, last string, more bool, err error) {
-	if _, err := tx.Exec(ctx, rangePrelude); err != nil {
+	if err := s.indexesFirst(ctx, tx); err != nil {
 		return nil, "", false, err
 	}
 	rows, err := tx.Query(ctx, query, append([]any{after, sweepBatchSize}, args...)...)
