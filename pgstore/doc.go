@@ -133,6 +133,11 @@
 //	wake, err := store.Listen(ctx, pgstore.ChannelOutbox)
 //	d, err := dispatch.NewDispatcher(store.Outbox(), emitter, dispatch.WithWake(wake))
 //
+// One channel serves all the loops of a process: a value wakes one idle
+// loop, and values are at least the wake interval apart
+// (WithWakeInterval), so a steady rate of enqueues wakes a loop once per
+// interval, not once per item.
+//
 // Notifications are hints: a lost one delays work by at most the poll
 // interval. Both are off by default, and must stay off behind PgBouncer in
 // transaction pooling mode, where LISTEN does not work.

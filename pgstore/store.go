@@ -66,7 +66,9 @@ type config struct {
 	clock      func() time.Time
 	maxRetries int
 	notify     bool // NOTIFY on enqueue (WithNotify)
-	noHistory  bool // write no history rows (WithoutHistory)
+	// wakeInterval spaces the values of Listen (WithWakeInterval).
+	wakeInterval time.Duration
+	noHistory    bool // write no history rows (WithoutHistory)
 	// Clock skew (clock.go): decide on the database's clock, and warn
 	// through logger when a caller's now is further than skewThreshold
 	// from it.
@@ -208,6 +210,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		logger:        slog.Default(),
 		skewThreshold: DefaultSkewThreshold,
 		group:         defaultGroupConfig(),
+		wakeInterval:  DefaultWakeInterval,
 	}
 	for _, opt := range opts {
 		if opt != nil {
