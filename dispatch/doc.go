@@ -82,9 +82,17 @@
 // WithConcurrency for the provider's latency and WithBatchSize for the
 // database; add processes for availability rather than throughput. Every
 // cycle costs a claim query even when idle (two on a store that is no
-// ledger.DueClaimer), so with N dispatchers the idle load is about N
-// queries per poll interval: keep N and the interval in proportion. Give each dispatcher its own worker name (the default is
-// random) so that logs and claims say who held what.
+// ledger.DueClaimer), but the idle loops of one process that poll the
+// same store value (and, for Workers, the same targets) share what they
+// see: a loop whose timer fires skips its poll when another loop has
+// just found the queue drained, so a process polls an idle queue about
+// once per interval, however many loops it runs, and work still waits at
+// most one interval. A loop given WithClock keeps to itself, since what
+// is due depends on its clock. Wake-ups (WithWake) are never skipped;
+// give all the loops of a process one wake channel (pgstore's Listen
+// spaces its values), and a steady rate of enqueues wakes one loop per
+// wake interval, not one per item. Give each dispatcher its own worker
+// name (the default is random) so that logs and claims say who held what.
 //
 // # The Worker
 //

@@ -45,8 +45,21 @@ func (c *config) validateLoop() error {
 
 // waitPoll waits for the poll interval (with jitter unless disabled), or
 // less when the wake channel (WithWake) fires first; it reports false when
-// ctx ended first.
-func (c *config) waitPoll(ctx context.Context) bool {
+// ctx ended first. Polls that view shows another loop has just made are
+// skipped (see share.go): the wait then starts again.
+func (c *config) waitPoll(ctx context.Context, view *queueView) bool {
+	for {
+		mark := view.mark()
+		ok, woken := c.waitOnce(ctx)
+		if !ok || woken || !view.lookedSince(mark) {
+			return ok
+		}
+	}
+}
+
+// waitOnce is one wait of waitPoll; woken reports that the wake channel
+// ended it.
+func (c *config) waitOnce(ctx context.Context) (ok, woken bool) {
 	interval := c.pollInterval
 	if c.pollJitter && interval >= 10 {
 		interval += rand.N(interval / 10)
@@ -58,7 +71,7 @@ func (c *config) waitPoll(ctx context.Context) bool {
 	for {
 		select {
 		case <-due:
-			return true
+			return true, false
 		case _, ok := <-wake:
 			if !ok {
 				// The source of wake-ups ended (a listener whose context
@@ -68,10 +81,10 @@ func (c *config) waitPoll(ctx context.Context) bool {
 				continue
 			}
 			stop()
-			return true
+			return true, true
 		case <-ctx.Done():
 			stop()
-			return false
+			return false, false
 		}
 	}
 }

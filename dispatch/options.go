@@ -83,6 +83,7 @@ func (o commonOption) applySweeper(c *sweeperConfig) { o(&c.common) }
 // common is what every loop, the Sweeper included, is configured with.
 type common struct {
 	clock     func() time.Time
+	ownClock  bool // WithClock was given: the loop does not share its view of the queue (share.go)
 	afterFunc AfterFunc
 	logger    *slog.Logger
 	observer  Observer
@@ -233,7 +234,9 @@ func WithPolicy(p ledger.Policy) DispatcherOption {
 
 // WithClock sets the clock for claims, leases, renewals, retry times and
 // sweeps (time.Now by default). Give the store the same clock.
-func WithClock(now func() time.Time) Option { return commonOption(func(c *common) { c.clock = now }) }
+func WithClock(now func() time.Time) Option {
+	return commonOption(func(c *common) { c.clock, c.ownClock = now, true })
+}
 
 // WithAfterFunc replaces time.AfterFunc for every timer of the loop (see
 // AfterFunc).

@@ -144,6 +144,9 @@ type loopSpec struct {
 	cycle func(ctx context.Context) (more bool, err error)
 	// idle waits after a cycle that found nothing more; false when ctx ended.
 	idle func(ctx context.Context) bool
+	// view, when not nil, is told where each cycle began and which came
+	// back short of a full batch, for the loops polling the same queue.
+	view *queueView
 }
 
 // runLoop repeats spec's cycle until ctx ends (nil) or a cycle fails with
@@ -154,9 +157,16 @@ type loopSpec struct {
 // count, and the recovery once.
 func (c *common) runLoop(ctx context.Context, h *health, spec loopSpec) error {
 	for {
+		var n uint64
+		if spec.view != nil {
+			n = spec.view.begin()
+		}
 		more, err := spec.cycle(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if spec.view != nil && err == nil && !more {
+			spec.view.short(n)
 		}
 		if err != nil && errors.Is(err, ledger.ErrUnusable) {
 			err = fmt.Errorf("dispatch: %s stopped: %w", spec.what, err)
@@ -240,6 +250,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := ledger.ValidateContext(ctx); err != nil {
 		return err
 	}
+	view, leave := joinView(d.store, nil, d.cfg.ownClock)
+	defer leave()
 	return runBeside(ctx, &d.health, d.sweeper, func(ctx context.Context) error {
 		return d.cfg.runLoop(ctx, &d.health, loopSpec{
 			what:  "dispatcher",
@@ -250,7 +262,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				st, err := d.RunOnce(ctx)
 				return st.Claimed >= d.cfg.batchSize, err
 			},
-			idle: d.cfg.waitPoll,
+			idle: func(ctx context.Context) bool { return d.cfg.waitPoll(ctx, view) },
+			view: view,
 		})
 	})
 }
@@ -280,6 +293,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := ledger.ValidateContext(ctx); err != nil {
 		return err
 	}
+	view, leave := joinView(w.ledger, w.filter, w.cfg.ownClock)
+	defer leave()
 	return runBeside(ctx, &w.health, w.sweeper, func(ctx context.Context) error {
 		return w.cfg.runLoop(ctx, &w.health, loopSpec{
 			what:  "worker",
@@ -290,7 +305,8 @@ func (w *Worker) Run(ctx context.Context) error {
 				st, err := w.RunOnce(ctx)
 				return st.Leased >= w.cfg.batchSize, err
 			},
-			idle: w.cfg.waitPoll,
+			idle: func(ctx context.Context) bool { return w.cfg.waitPoll(ctx, view) },
+			view: view,
 		})
 	})
 }

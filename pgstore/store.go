@@ -193,6 +193,9 @@ type Store struct {
 	held *heldState
 	// leases and claims bound the grant statements run at once (trip.go).
 	leases, claims gate
+	// outbox is what Outbox returns: one value per Store, so that the
+	// loops of a process polling this outbox know it is one queue.
+	outbox *Outbox
 }
 
 // New returns a store on pool. It checks the options but does not touch
@@ -227,6 +230,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	s.held = newHeldState(cfg.schema, s.q)
 	s.leases, s.claims = newGate(), newGate()
 	s.groups = newGroups(s)
+	s.outbox = &Outbox{s: s}
 	return s, nil
 }
 
@@ -251,12 +255,19 @@ func (s *Store) WithTx(tx pgx.Tx) *Store {
 	c.callerTx = true
 	c.db = tx // a nil tx gives a nil db, which check rejects
 	c.held = nil
+	c.outbox = &Outbox{s: &c}
 	return &c
 }
 
 // Outbox returns the outbox claim store over the same database, schema,
-// options and (for a store returned by WithTx) transaction.
-func (s *Store) Outbox() *Outbox { return &Outbox{s: s} }
+// options and (for a store returned by WithTx) transaction; the same
+// value on every call.
+func (s *Store) Outbox() *Outbox {
+	if s.outbox == nil { // a Store not made by New, which every call refuses
+		return &Outbox{s: s}
+	}
+	return s.outbox
+}
 
 // Outbox is the PostgreSQL outbox store. It implements ledger.ClaimStore
 // and ledger.OutboxBatchEnqueuer. It is a separate type from Store only
