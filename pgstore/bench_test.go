@@ -515,3 +515,31 @@ func benchLeaseOffered(b *testing.B, limit int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*limit), "ns/delivery")
 }
+
+// BenchmarkOutboxEnqueueBatch1000 enqueues outbox batches of 1,000
+// entries, the side-by-side comparison's batch insert, and reports the
+// time and the client's CPU per entry.
+func BenchmarkOutboxEnqueueBatch1000(b *testing.B) {
+	const size = 1000
+	s, _ := newBenchStore(b)
+	ctx := benchContext(b)
+	payload := []byte(`{"user":12345,"template":"welcome","locale":"en"}`)
+	envs := make([]ledger.Envelope, size)
+	i := 0
+	cpu := pgtest.ProcessCPU()
+	for b.Loop() {
+		for j := range envs {
+			envs[j] = ledger.Envelope{Provider: "mail", Kind: "welcome", Payload: payload, IdempotencyKey: fmt.Sprintf("key-%09d", i+j)}
+		}
+		rs, err := s.Outbox().EnqueueBatch(ctx, envs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(rs) != size || rs[size-1].Outcome != ledger.OutcomeApplied {
+			b.Fatalf("got %d results", len(rs))
+		}
+		i += size
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/item")
+	b.ReportMetric(float64(pgtest.ProcessCPU()-cpu)/float64(b.N*size), "client-cpu-ns/item")
+}

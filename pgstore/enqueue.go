@@ -96,7 +96,8 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		for _, d := range existing {
 			held[d.ID] = d
 		}
-		var fresh [][]any
+		w := newCopyWriter(len(ids), 256)
+		fresh := 0
 		for _, id := range ids {
 			if _, ok := held[ledger.DeliveryID(id)]; ok {
 				continue
@@ -106,13 +107,19 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 			if err != nil {
 				return false, err
 			}
-			fresh = append(fresh, append(enqueueCopy(pointers(r.columns())), metadataArg(d.Metadata), !s.cfg.noHistory))
+			w.row(len(columns))
+			for _, c := range enqueueCopyColumns(r.columns()) {
+				w.field(c)
+			}
+			w.metadata(d.Metadata)
+			w.boolean(!s.cfg.noHistory)
+			fresh++
 		}
-		if err := copyIn(ctx, tx, pgx.Identifier{s.cfg.schema, "deliveries"}, columns, fresh); err != nil {
+		if err := copyBinary(ctx, tx, pgx.Identifier{s.cfg.schema, "deliveries"}, columns, w, fresh); err != nil {
 			return false, err
 		}
 		var abandoned map[ledger.Target][]ledger.Delivery
-		if s.cfg.bounds.Any() && len(fresh) > 0 {
+		if s.cfg.bounds.Any() && fresh > 0 {
 			if abandoned, err = s.boundEnqueued(ctx, tx, ids, held, records, now); err != nil {
 				return false, err
 			}
@@ -130,7 +137,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		if abandoned != nil {
 			reportAbandoned(reqs, results, abandoned)
 		}
-		return s.notifyInserted(ctx, tx, ChannelDeliveries, len(fresh) > 0)
+		return s.notifyInserted(ctx, tx, ChannelDeliveries, fresh > 0)
 	})
 	if err != nil {
 		return nil, err
@@ -180,7 +187,8 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			held[e.ID] = e
 		}
 		seqs := enqueueSeqs(order, vals)
-		var fresh [][]any
+		w := newCopyWriter(len(ids), 192)
+		fresh := 0
 		for _, id := range ids {
 			if _, ok := held[ledger.OutboxEntryID(id)]; ok {
 				continue
@@ -190,13 +198,18 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			if err != nil {
 				return false, err
 			}
-			row := append(enqueueCopy(pointers(r.columns())), metadataArg(e.Envelope.Metadata), !s.cfg.noHistory)
-			if seqs != nil {
-				row = append(row, seqs[ledger.OutboxEntryID(id)])
+			w.row(len(columns))
+			for _, c := range enqueueCopyColumns(r.columns()) {
+				w.field(c)
 			}
-			fresh = append(fresh, row)
+			w.metadata(e.Envelope.Metadata)
+			w.boolean(!s.cfg.noHistory)
+			if seqs != nil {
+				w.int8(seqs[ledger.OutboxEntryID(id)])
+			}
+			fresh++
 		}
-		if err := copyIn(ctx, tx, pgx.Identifier{s.cfg.schema, "outbox_entries"}, columns, fresh); err != nil {
+		if err := copyBinary(ctx, tx, pgx.Identifier{s.cfg.schema, "outbox_entries"}, columns, w, fresh); err != nil {
 			return false, err
 		}
 		results = make([]ledger.OutboxResult, len(envs))
@@ -210,7 +223,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e.Clone()}
 			held[id] = e
 		}
-		return s.notifyInserted(ctx, tx, ChannelOutbox, len(fresh) > 0)
+		return s.notifyInserted(ctx, tx, ChannelOutbox, fresh > 0)
 	})
 	if err != nil {
 		return nil, err

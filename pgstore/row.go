@@ -67,12 +67,12 @@ func enqueueCopyNames(names []string) []string {
 	return append(names[:n-3:n-3], names[n-1])
 }
 
-// enqueueCopy returns ptrs, a row's column pointers, in the order of
+// enqueueCopyColumns returns cols, a row's columns, in the order of
 // enqueueCopyNames, reusing their backing array.
-func enqueueCopy(ptrs []any) []any {
-	n := len(ptrs)
-	ptrs[n-3] = ptrs[n-1]
-	return ptrs[:n-2]
+func enqueueCopyColumns(cols []column) []column {
+	n := len(cols)
+	cols[n-3] = cols[n-1]
+	return cols[:n-2]
 }
 
 // deliveryRow is one row of the deliveries table.

@@ -1,13 +1,14 @@
 package pgstore
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
 // TestEnqueueCopyLeavesOutOnlyTheRedriveColumns ties enqueueCopyNames and
-// enqueueCopy to the row structs: the columns an enqueue copies are every
+// enqueueCopyColumns to the row structs: the columns an enqueue copies are every
 // column but redriven_from and redriven_to, version still last, and each
 // value goes with its name.
 func TestEnqueueCopyLeavesOutOnlyTheRedriveColumns(t *testing.T) {
@@ -26,10 +27,11 @@ func TestEnqueueCopyLeavesOutOnlyTheRedriveColumns(t *testing.T) {
 		for _, c := range cols {
 			byName[c.name] = c.ptr
 		}
-		got := enqueueCopy(pointers(cols))
+		got := enqueueCopyColumns(slices.Clone(cols))
 		require.Len(t, got, len(want), name)
 		for i, n := range want {
-			require.Same(t, byName[n], got[i], "%s: the value of %s", name, n)
+			require.Equal(t, n, got[i].name, name)
+			require.Same(t, byName[n], got[i].ptr, "%s: the value of %s", name, n)
 		}
 	}
 }
