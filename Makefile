@@ -51,8 +51,9 @@ test/versions: setup ## The database tests (pgstore, dispatch, pgstoretest) on P
 	fi
 
 # pgstore on Citus with schema-based sharding (docs/scale.md): the
-# conformance suite and the Citus tests of pgstore against the
-# coordinator LEDGER_CITUS_URL names. Nothing here installs Citus, which
+# conformance suite and the Citus tests of pgstore, and the suite over a
+# shard.Ledger of three distributed schemas, against the coordinator
+# LEDGER_CITUS_URL names. Nothing here installs Citus, which
 # no reachable package provides: docs/scale.md says how to build it, and
 # .ci/citus-cluster starts a coordinator and two workers on loopback.
 # make test does not need Citus: without the URL these tests skip there.
@@ -61,7 +62,7 @@ test/citus: ## The conformance suite on Citus (schema-based sharding) at LEDGER_
 		echo "test/citus: set LEDGER_CITUS_URL to a Citus coordinator (see docs/scale.md; .ci/citus-cluster start prints one)" >&2; \
 		exit 1; \
 	fi
-	$(GO) test -race -count=1 -timeout 30m -run '^TestCitus' ./pgstore
+	$(GO) test -race -count=1 -timeout 30m -run '^TestCitus' ./pgstore ./shard
 
 test/short: ## Run the quick tests only (-short)
 	$(GO) test -short ./...
