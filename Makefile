@@ -6,7 +6,7 @@ GO ?= go
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test test/long test/versions test/short bench bench-load lint demo chaos
+.PHONY: help setup test test/long test/versions test/citus test/short bench bench-load lint demo chaos
 
 help: ## List targets with their descriptions
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -49,6 +49,20 @@ test/versions: setup ## The database tests (pgstore, dispatch, pgstoretest) on P
 		echo "test/versions: the distribution's PostgreSQL"; \
 		$(GO) test -count=1 -parallel 8 -timeout 15m $(VERSION_PACKAGES); \
 	fi
+
+# pgstore on Citus with schema-based sharding (docs/scale.md): the
+# conformance suite and the Citus tests of pgstore, and the suite over a
+# shard.Ledger of three distributed schemas, against the coordinator
+# LEDGER_CITUS_URL names. Nothing here installs Citus, which
+# no reachable package provides: docs/scale.md says how to build it, and
+# .ci/citus-cluster starts a coordinator and two workers on loopback.
+# make test does not need Citus: without the URL these tests skip there.
+test/citus: ## The conformance suite on Citus (schema-based sharding) at LEDGER_CITUS_URL; fails without it
+	@if [ -z "$$LEDGER_CITUS_URL" ]; then \
+		echo "test/citus: set LEDGER_CITUS_URL to a Citus coordinator (see docs/scale.md; .ci/citus-cluster start prints one)" >&2; \
+		exit 1; \
+	fi
+	$(GO) test -race -count=1 -timeout 30m -run '^TestCitus' ./pgstore ./shard
 
 test/short: ## Run the quick tests only (-short)
 	$(GO) test -short ./...

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,11 +34,58 @@ const maxEnqueueRaces = 8
 // sqlstateUniqueViolation is a COPY that lost an ID to another enqueue.
 const sqlstateUniqueViolation = "23505"
 
+// sqlstateInternalError is how Citus reports every error a worker raised
+// in a COPY it forwarded (a unique violation among them): it passes the
+// worker's message and detail on, not its SQLSTATE.
+const sqlstateInternalError = "XX000"
+
 // lostRace reports whether err is a copy that lost an ID to another
 // enqueue, which the call answers by running again.
 func lostRace(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation {
+		return true
+	}
+	var lost *lostCopyError
+	return errors.As(err, &lost)
+}
+
+// lostCopyError is a COPY through Citus that lost an ID to another
+// enqueue: copyIn tells it from other internal errors by its message.
+// The driver's error stays in the chain for errors.As.
+type lostCopyError struct{ err error }
+
+func (e *lostCopyError) Error() string { return e.err.Error() }
+
+func (e *lostCopyError) Unwrap() error { return e.err }
+
+// citusLostCopy reports whether err is the error Citus raises for a COPY
+// into table whose row a worker refused as a duplicate of its primary
+// key: SQLSTATE XX000 with the worker's message, which names the
+// constraint of the shard (deliveries_pkey_102008) or of the table. Any
+// other XX000 is left as it is: it is a real internal error.
+func citusLostCopy(err error, table string) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateInternalError {
+		return false
+	}
+	name, ok := strings.CutPrefix(pgErr.Message, `duplicate key value violates unique constraint "`)
+	if !ok {
+		return false
+	}
+	name, ok = strings.CutSuffix(name, `"`)
+	if !ok {
+		return false
+	}
+	suffix, ok := strings.CutPrefix(name, table+"_pkey")
+	if !ok {
+		return false
+	}
+	if suffix == "" {
+		return true
+	}
+	digits, ok := strings.CutPrefix(suffix, "_")
+	return ok && digits != "" && strings.Trim(digits, "0123456789") == ""
 }
 
 // enqueueOnce runs attempt, in a transaction of its own or a savepoint of
@@ -58,6 +106,9 @@ func copyIn(ctx context.Context, tx pgx.Tx, table pgx.Identifier, columns []stri
 	}
 	n, err := tx.CopyFrom(ctx, table, columns, pgx.CopyFromRows(rows))
 	if err != nil {
+		if citusLostCopy(err, table[len(table)-1]) {
+			return &lostCopyError{err: err}
+		}
 		return err
 	}
 	if n != int64(len(rows)) {

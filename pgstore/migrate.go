@@ -17,11 +17,28 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// migrationFS holds the versioned schema migrations, NNNN_name.sql. In
-// them {schema} stands for the store's schema as a quoted identifier.
+// migrationFS holds the versioned schema migrations, NNNN_name.sql, and
+// in migrations/citus the forms some of them take on Citus (see
+// citusForms). In them {schema} stands for the store's schema as a
+// quoted identifier.
 //
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/citus/*.sql
 var migrationFS embed.FS
+
+// citusFormsDir holds, under the version and name of a migration, the
+// form Migrate applies instead when the database has the citus
+// extension: Citus refuses or mis-plans a few statements of the plain
+// form on the tables of a distributed schema. A Citus form ends with
+// the same tables, columns, constraints and indexes as the plain one,
+// and the same behaviour; it may differ only in how it gets there (a
+// sequence default instead of an identity column, a materialized CTE).
+// Which form ran is not recorded: schema_migrations records the version
+// and name either way, so a schema never runs a version twice.
+const citusFormsDir = "migrations/citus"
+
+// citusExtensionSQL answers whether the database has the citus
+// extension, which makes Migrate apply the Citus forms of migrations.
+const citusExtensionSQL = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')"
 
 // schemaPlaceholder is replaced by the quoted schema name in migrations.
 const schemaPlaceholder = "{schema}"
@@ -62,6 +79,29 @@ func (m migration) id() string { return fmt.Sprintf("%04d_%s", m.version, m.name
 
 // loadMigrations returns the embedded migrations in version order.
 func loadMigrations() ([]migration, error) { return readMigrations(migrationFS, "migrations") }
+
+// citusForms returns the embedded Citus forms of migrations by version.
+// Each must stand for a migration of ms, of the same name and run the
+// same way (in a transaction or outside one).
+func citusForms(ms []migration) (map[int]migration, error) {
+	alts, err := readMigrations(migrationFS, citusFormsDir)
+	if err != nil {
+		return nil, err
+	}
+	byVersion := make(map[int]migration, len(ms))
+	for _, m := range ms {
+		byVersion[m.version] = m
+	}
+	forms := make(map[int]migration, len(alts))
+	for _, a := range alts {
+		m, ok := byVersion[a.version]
+		if !ok || m.name != a.name || m.noTx != a.noTx {
+			return nil, fmt.Errorf("citus form %s stands for no migration of that version, name and kind", a.id())
+		}
+		forms[a.version] = a
+	}
+	return forms, nil
+}
 
 // readMigrations reads and checks the migrations in dir of fsys, in
 // version order.
@@ -240,6 +280,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 // none is pending.
 func (s *Store) migrate(ctx context.Context, ms []migration) error {
 	quoted := pgx.Identifier{s.cfg.schema}.Sanitize()
+	forms, err := citusForms(ms)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
 	for {
 		var outside *migration
 		var refused error // ErrNewerSchema, returned as it is
@@ -258,7 +302,14 @@ func (s *Store) migrate(ctx context.Context, ms []migration) error {
 			if refused = s.checkNotNewer(applied, ms); refused != nil {
 				return false, nil
 			}
+			var citus bool
+			if err := tx.QueryRow(ctx, citusExtensionSQL).Scan(&citus); err != nil {
+				return false, err
+			}
 			for _, m := range ms {
+				if f, ok := forms[m.version]; ok && citus {
+					m = f
+				}
 				if applied[m.version] {
 					continue
 				}
@@ -270,10 +321,8 @@ func (s *Store) migrate(ctx context.Context, ms []migration) error {
 					outside = &m
 					break
 				}
-				// No arguments: pgx sends it over the simple protocol, which
-				// runs the file's several statements in order.
-				if _, err := tx.Exec(ctx, fill(m.sql, quoted)); err != nil {
-					return false, fmt.Errorf("migration %s: %w", m.id(), err)
+				if err := runStatements(ctx, tx, m, quoted); err != nil {
+					return false, err
 				}
 				if _, err := tx.Exec(ctx, s.q.recordMigration, m.version, m.name, s.cfg.clock()); err != nil {
 					return false, err
@@ -293,6 +342,24 @@ func (s *Store) migrate(ctx context.Context, ms []migration) error {
 			return wrap(ctx, "migrate", fmt.Errorf("migration %s: %w", outside.id(), err))
 		}
 	}
+}
+
+// runStatements runs the statements of m, a migration that runs in a
+// transaction, in tx, one at a time: Citus refuses a string of several
+// statements that touches a distributed table, and on PostgreSQL one at
+// a time in one transaction does what the whole file at once did.
+func runStatements(ctx context.Context, tx pgx.Tx, m migration, quoted string) error {
+	stmts, err := splitStatements(m.sql)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", m.id(), err)
+	}
+	for i, st := range stmts {
+		// No arguments: pgx sends it over the simple protocol, as it is.
+		if _, err := tx.Exec(ctx, fill(st, quoted)); err != nil {
+			return fmt.Errorf("migration %s, statement %d (%s): %w", m.id(), i+1, firstLine(st), err)
+		}
+	}
+	return nil
 }
 
 // appliedVersions reads the versions schema_migrations records, none when

@@ -29,7 +29,9 @@ import (
 // index builds use CREATE INDEX CONCURRENTLY); its statements are
 // idempotent, so an interrupted run can be repeated, after dropping any
 // index the interruption left INVALID. A schema name that WithSchema
-// would refuse is ErrInvalid.
+// would refuse is ErrInvalid. The output is the form for PostgreSQL: on
+// Citus, Migrate applies other forms of a few versions (see
+// migrations/README.md), so migrate a Citus database with Migrate.
 func MigrationSQL(schema string) (string, error) {
 	if err := checkSchema(schema); err != nil {
 		return "", fmt.Errorf("pgstore: migration SQL: %w", err)

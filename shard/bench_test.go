@@ -51,9 +51,6 @@ func BenchmarkEnqueue(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkCycle -cpu 1 -count 5 ./shard
 func BenchmarkCycle(b *testing.B) {
-	const batch = 30
-	targets := []ledger.Target{"t0-a", "t1-a", "t2-a"}
-	owner := ledger.Owner{Agent: "bench", Incarnation: "boot-1"}
 	three := func(opts ...shard.Option) ledger.Ledger {
 		l, err := shard.New([]ledger.Ledger{memstore.New(), memstore.New(), memstore.New()},
 			append([]shard.Option{shard.WithPlacement(placed)}, opts...)...)
@@ -71,49 +68,59 @@ func BenchmarkCycle(b *testing.B) {
 		{"sharded-3-noidcheck", func() ledger.Ledger { return three(shard.WithoutIDCheck()) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			l := c.l()
-			ctx := b.Context()
-			be := l.(ledger.BatchEnqueuer)
-			ap := l.(ledger.AckProcessor)
-			reqs := make([]ledger.EnqueueRequest, batch)
-			n := 0
-			// Process CPU around each kind of call, so that each shows
-			// what the routing adds to it; three reads of it per batch
-			// of 30 cost the same in every variant.
-			var enq, lease, done int64
-			b.ReportAllocs()
-			cpu0 := pgtest.ProcessCPU()
-			b.ResetTimer()
-			for i := 0; i < b.N; i += batch {
-				now := t0.Add(time.Duration(i) * time.Millisecond)
-				for k := range reqs {
-					reqs[k] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d-%d", n)), Target: targets[k%3], Payload: []byte("p")}
-					n++
-				}
-				c0 := pgtest.ProcessCPU()
-				if _, err := be.EnqueueBatch(ctx, reqs, now); err != nil {
-					b.Fatal(err)
-				}
-				c1 := pgtest.ProcessCPU()
-				res, err := l.Lease(ctx, ledger.LeaseFilter{Targets: targets}, owner, now, time.Minute, batch)
-				if err != nil || len(res.Leased) != batch {
-					b.Fatalf("leased %d: %v", len(res.Leased), err)
-				}
-				c2 := pgtest.ProcessCPU()
-				for _, g := range res.Leased {
-					if _, _, err := ap.AcknowledgeProcessed(ctx, g.Lease, "", nil, "done", now); err != nil {
-						b.Fatal(err)
-					}
-				}
-				c3 := pgtest.ProcessCPU()
-				enq, lease, done = enq+c1-c0, lease+c2-c1, done+c3-c2
-			}
-			b.StopTimer()
-			items := float64(((b.N + batch - 1) / batch) * batch)
-			b.ReportMetric(float64(pgtest.ProcessCPU()-cpu0)/items, "cpu-ns/item")
-			b.ReportMetric(float64(enq)/items, "enqueue-cpu-ns/item")
-			b.ReportMetric(float64(lease)/items, "lease-cpu-ns/item")
-			b.ReportMetric(float64(done)/items, "ackprocessed-cpu-ns/item")
+			drainCycle(b, c.l(), func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) })
 		})
 	}
+}
+
+// drainCycle drains deliveries through l as dispatch.Worker does, in
+// batches of 30 over three targets placed one on each shard, and reports
+// the process CPU per item: in all, and around each kind of call. now
+// gives the time of the batch that starts at item i.
+func drainCycle(b *testing.B, l ledger.Ledger, now func(i int) time.Time) {
+	const batch = 30
+	targets := []ledger.Target{"t0-a", "t1-a", "t2-a"}
+	owner := ledger.Owner{Agent: "bench", Incarnation: "boot-1"}
+	ctx := b.Context()
+	be := l.(ledger.BatchEnqueuer)
+	ap := l.(ledger.AckProcessor)
+	reqs := make([]ledger.EnqueueRequest, batch)
+	n := 0
+	// Process CPU around each kind of call, so that each shows
+	// what the routing adds to it; three reads of it per batch
+	// of 30 cost the same in every variant.
+	var enq, lease, done int64
+	b.ReportAllocs()
+	cpu0 := pgtest.ProcessCPU()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += batch {
+		now := now(i)
+		for k := range reqs {
+			reqs[k] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d-%d", n)), Target: targets[k%3], Payload: []byte("p")}
+			n++
+		}
+		c0 := pgtest.ProcessCPU()
+		if _, err := be.EnqueueBatch(ctx, reqs, now); err != nil {
+			b.Fatal(err)
+		}
+		c1 := pgtest.ProcessCPU()
+		res, err := l.Lease(ctx, ledger.LeaseFilter{Targets: targets}, owner, now, time.Minute, batch)
+		if err != nil || len(res.Leased) != batch {
+			b.Fatalf("leased %d: %v", len(res.Leased), err)
+		}
+		c2 := pgtest.ProcessCPU()
+		for _, g := range res.Leased {
+			if _, _, err := ap.AcknowledgeProcessed(ctx, g.Lease, "", nil, "done", now); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c3 := pgtest.ProcessCPU()
+		enq, lease, done = enq+c1-c0, lease+c2-c1, done+c3-c2
+	}
+	b.StopTimer()
+	items := float64(((b.N + batch - 1) / batch) * batch)
+	b.ReportMetric(float64(pgtest.ProcessCPU()-cpu0)/items, "cpu-ns/item")
+	b.ReportMetric(float64(enq)/items, "enqueue-cpu-ns/item")
+	b.ReportMetric(float64(lease)/items, "lease-cpu-ns/item")
+	b.ReportMetric(float64(done)/items, "ackprocessed-cpu-ns/item")
 }

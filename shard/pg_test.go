@@ -70,7 +70,7 @@ func startCluster(opts pgcluster.Options) (*pgcluster.Cluster, error) {
 
 // serverURLs returns the three servers' URLs: pgtest's first (which skips
 // the test, or fails it under CI=true, when there is no server).
-func serverURLs(t *testing.T) []string {
+func serverURLs(t testing.TB) []string {
 	t.Helper()
 	first := pgtest.DSN(t)
 	servers.mu.Lock()
@@ -97,7 +97,7 @@ func serverURLs(t *testing.T) []string {
 // pgStore returns a migrated pgstore in a fresh schema of the server at
 // url, dropped with its pool when the test ends. Its connections have an
 // empty search_path, so a query that forgets its schema fails.
-func pgStore(t *testing.T, url string, opts ...pgstore.Option) *pgstore.Store {
+func pgStore(t testing.TB, url string, opts ...pgstore.Option) *pgstore.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -123,7 +123,7 @@ func pgStore(t *testing.T, url string, opts ...pgstore.Option) *pgstore.Store {
 }
 
 // pgShards returns three pgstores, one on each server.
-func pgShards(t *testing.T, opts ...pgstore.Option) []*pgstore.Store {
+func pgShards(t testing.TB, opts ...pgstore.Option) []*pgstore.Store {
 	t.Helper()
 	var out []*pgstore.Store
 	for _, url := range serverURLs(t) {
