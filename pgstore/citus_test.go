@@ -135,7 +135,7 @@ func TestCitusMigration(t *testing.T) {
 }
 
 // TestCitusLostCopy checks the error Citus really raises for a COPY that
-// repeats a stored primary key: copyIn must take it for a lost race. It
+// repeats a stored primary key: copyFailed must take it for a lost race. It
 // copies a stored row back into its table as it was read.
 func TestCitusLostCopy(t *testing.T) {
 	s, pool := newCitusStore(t)
@@ -161,8 +161,9 @@ func TestCitusLostCopy(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	err = copyIn(ctx, tx, table, columns, copied)
+	_, err = tx.CopyFrom(ctx, table, columns, pgx.CopyFromRows(copied))
 	require.Error(t, err)
+	err = copyFailed(err, table)
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	assert.Equal(t, sqlstateInternalError, pgErr.Code, "Citus passes a worker's COPY error on as XX000: %v", err)
@@ -218,7 +219,7 @@ func TestCitusEnqueueRace(t *testing.T) {
 	assert.Equal(t, int64(2*rounds*(callers-1)), repeated.Load())
 }
 
-// TestCitusLostCopyMatch pins what copyIn takes for a COPY that lost an
+// TestCitusLostCopyMatch pins what copyFailed takes for a COPY that lost an
 // ID on Citus: XX000 with the duplicate-key message of the table's
 // primary key, on the table or on one of its shards, and nothing else.
 func TestCitusLostCopyMatch(t *testing.T) {
@@ -245,7 +246,7 @@ func TestCitusLostCopyMatch(t *testing.T) {
 		assert.Equal(t, c.want, citusLostCopy(c.err, "deliveries"), "%v", c.err)
 	}
 	assert.True(t, lostRace(fmt.Errorf("enqueue: %w", &lostCopyError{err: dup("XX000", "deliveries_pkey_1")})))
-	assert.False(t, lostRace(dup("XX000", "deliveries_pkey_1")), "only copyIn, where a COPY raised it, turns XX000 into a lost race")
+	assert.False(t, lostRace(dup("XX000", "deliveries_pkey_1")), "only copyFailed, where a COPY raised it, turns XX000 into a lost race")
 }
 
 // TestCitusForms checks the Citus forms of migrations: each stands for a

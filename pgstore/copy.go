@@ -200,7 +200,7 @@ func copyBinary(ctx context.Context, tx pgx.Tx, table pgx.Identifier, columns []
 	}
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(data), copyStatement(table, columns))
 	if err != nil {
-		return err
+		return copyFailed(err, table)
 	}
 	if tag.RowsAffected() != int64(n) {
 		return fmt.Errorf("copied %d rows of %d", tag.RowsAffected(), n)

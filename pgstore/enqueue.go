@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -51,7 +50,7 @@ func lostRace(err error) bool {
 }
 
 // lostCopyError is a COPY through Citus that lost an ID to another
-// enqueue: copyIn tells it from other internal errors by its message.
+// enqueue: copyFailed tells it from other internal errors by its message.
 // The driver's error stays in the chain for errors.As.
 type lostCopyError struct{ err error }
 
@@ -99,22 +98,14 @@ func (s *Store) enqueueOnce(ctx context.Context, op string, attempt txFunc) erro
 	}
 }
 
-// copyIn copies rows into table's columns, in the order given.
-func copyIn(ctx context.Context, tx pgx.Tx, table pgx.Identifier, columns []string, rows [][]any) error {
-	if len(rows) == 0 {
-		return nil
+// copyFailed is the error of a COPY into table that failed with err:
+// on Citus, one that lost an ID to another enqueue is marked as a lost
+// race (see citusLostCopy).
+func copyFailed(err error, table pgx.Identifier) error {
+	if citusLostCopy(err, table[len(table)-1]) {
+		return &lostCopyError{err: err}
 	}
-	n, err := tx.CopyFrom(ctx, table, columns, pgx.CopyFromRows(rows))
-	if err != nil {
-		if citusLostCopy(err, table[len(table)-1]) {
-			return &lostCopyError{err: err}
-		}
-		return err
-	}
-	if n != int64(len(rows)) {
-		return fmt.Errorf("copied %d rows of %d", n, len(rows))
-	}
-	return nil
+	return err
 }
 
 // enqueue offers the first request of every ID and answers each request
