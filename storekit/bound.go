@@ -16,8 +16,8 @@ func (d Delivery) Queued() bool {
 // QueueOverflow returns how many of a target's Offered deliveries a call
 // that added to its queue abandons, when queued deliveries (the new ones
 // included) are Offered or Leased and bound applies: queued minus bound,
-// at most MaxLimit (a queue that was over its bound before, after a
-// Follow supersession or a lowered bound, comes back under it over
+// at most ledger.MaxLimit (a queue that was over its bound before, after a
+// ledger.Follow supersession or a lowered bound, comes back under it over
 // several calls), and 0 when bound is 0.
 func QueueOverflow(queued, bound int) int {
 	if bound <= 0 || queued <= bound {
@@ -33,8 +33,8 @@ func QueueBoundedCause(bound int) ledger.Cause {
 
 // BoundQueue ends d, one of the oldest Offered deliveries of a target
 // whose queue is over bound, as Expired with QueueBoundedCause(bound): it
-// is Abandon with that cause, recorded as OpAbandon. It answers
-// OutcomeWrongState, and changes nothing, unless d is Offered.
+// is Abandon with that cause, recorded as ledger.OpAbandon. It answers
+// ledger.OutcomeWrongState, and changes nothing, unless d is Offered.
 func (d Delivery) BoundQueue(bound int, now time.Time) (ledger.Delivery, ledger.Outcome) {
 	if d.State != ledger.DeliveryStateOffered {
 		return ledger.Delivery(d), ledger.OutcomeWrongState

@@ -7,8 +7,8 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// ValidateEnded checks an EndedQuery: both times valid, Since before
-// Until, and Limit 1 to MaxEndedLimit.
+// ValidateEnded checks a ledger.EndedQuery: both times valid, Since before
+// Until, and Limit 1 to ledger.MaxEndedLimit.
 func ValidateEnded(q ledger.EndedQuery) error {
 	if err := first(ValidateTime("since", q.Since), ValidateTime("until", q.Until)); err != nil {
 		return err
@@ -22,7 +22,7 @@ func ValidateEnded(q ledger.EndedQuery) error {
 	return nil
 }
 
-// ValidateOutboxList checks an OutboxListQuery and returns the entry ID its
+// ValidateOutboxList checks a ledger.OutboxListQuery and returns the entry ID its
 // cursor points after ("" for the first page).
 func ValidateOutboxList(q ledger.OutboxListQuery) (after ledger.OutboxEntryID, err error) {
 	for _, s := range q.Statuses {
@@ -55,7 +55,7 @@ func EncodeOutboxCursor(after ledger.OutboxEntryID) string {
 
 // DecodeOutboxCursor returns the entry ID a ListEntries cursor resumes
 // after; "" for an empty cursor. A cursor not made by EncodeOutboxCursor
-// (a List cursor among them) is ErrInvalid.
+// (a List cursor among them) is ledger.ErrInvalid.
 func DecodeOutboxCursor(cursor string) (ledger.OutboxEntryID, error) {
 	id, err := decodeCursor(outboxCursorPrefix, cursor)
 	return ledger.OutboxEntryID(id), err

@@ -37,11 +37,11 @@ func NewDelivery(req ledger.EnqueueRequest, defaults ledger.Policy, now time.Tim
 }
 
 // EnqueueAgain returns the outcome of enqueueing req when d already holds
-// its ID: OutcomeRepeated for the same content (target, ceremony, payload,
-// resolved policy), whatever state d is in, and OutcomeConflict otherwise.
+// its ID: ledger.OutcomeRepeated for the same content (target, ceremony, payload,
+// resolved policy), whatever state d is in, and ledger.OutcomeConflict otherwise.
 // Metadata is not content and is not compared.
 // The target is the same when it is the one d was enqueued for or the one
-// a Follow supersession moved it to: the request did not change, the
+// a ledger.Follow supersession moved it to: the request did not change, the
 // destination did.
 func (d Delivery) EnqueueAgain(req ledger.EnqueueRequest, defaults ledger.Policy) ledger.Outcome {
 	sameTarget := req.Target == d.Target || (d.EnqueuedTarget != "" && req.Target == d.EnqueuedTarget)
@@ -70,7 +70,7 @@ func OfferedBefore(d, other ledger.Delivery) bool {
 
 // Grant leases d to owner until now+duration under token, counting an
 // attempt. d must be Offerable at now. Taking over a lease that ran out
-// records a FailureLeaseExpired for its holder.
+// records a ledger.FailureLeaseExpired for its holder.
 func (d Delivery) Grant(owner ledger.Owner, token ledger.Token, now time.Time, duration time.Duration) (ledger.Delivery, ledger.Lease) {
 	now = ledger.Normalize(now)
 	if d.State == ledger.DeliveryStateLeased && d.Lease != nil {
@@ -131,9 +131,9 @@ func (d Delivery) giveBack(op ledger.Operation, availableAt, now time.Time) ledg
 	return ledger.Delivery(d)
 }
 
-// holdOutcome checks a lease-bearing call against d: OutcomeEnded for a
-// terminal record, OutcomeLeaseLost when lease is not the grant in force
-// (or, when op is not empty, OutcomeRepeated when lease is the grant that op
+// holdOutcome checks a lease-bearing call against d: ledger.OutcomeEnded for a
+// terminal record, ledger.OutcomeLeaseLost when lease is not the grant in force
+// (or, when op is not empty, ledger.OutcomeRepeated when lease is the grant that op
 // already ended). It returns "" when lease is the grant in force.
 func (d Delivery) holdOutcome(lease ledger.Lease, op ledger.Operation) ledger.Outcome {
 	if d.State.Terminal() {
@@ -172,7 +172,7 @@ func (d Delivery) Acknowledge(lease ledger.Lease, observation string, now time.T
 }
 
 // MarkProcessed closes d for owner. highest is the highest fence already
-// accepted for d's target (nil: none). On OutcomeApplied the store raises
+// accepted for d's target (nil: none). On ledger.OutcomeApplied the store raises
 // the target's high-water mark with RaiseFence.
 func (d Delivery) MarkProcessed(owner ledger.Owner, fence, highest *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.Delivery, ledger.Outcome) {
 	now = ledger.Normalize(now)
@@ -200,7 +200,7 @@ func (d Delivery) MarkProcessed(owner ledger.Owner, fence, highest *ledger.Fence
 	return ledger.Delivery(d), ledger.OutcomeApplied
 }
 
-// AcknowledgeProcessed is the step of AckProcessor on d: the
+// AcknowledgeProcessed is the step of ledger.AckProcessor on d: the
 // acknowledgement under lease and, when it applied, the processing by the
 // owner it recorded. highest is the highest fence already accepted for
 // d's target (nil: none). It returns the record after each step, and the
@@ -225,7 +225,7 @@ func RaiseFence(highest, fence *ledger.Fence) *ledger.Fence {
 }
 
 // RecordActivation notes what a push or wake-up did; the state is
-// unchanged. Activations counts up to MaxCount and stays there.
+// unchanged. Activations counts up to ledger.MaxCount and stays there.
 func (d Delivery) RecordActivation(a ledger.Activation, now time.Time) (ledger.Delivery, ledger.Outcome) {
 	now = ledger.Normalize(now)
 	if d.State.Terminal() {
@@ -281,7 +281,7 @@ func (d Delivery) Release(lease ledger.Lease, now time.Time) (ledger.Delivery, l
 }
 
 // Renew moves the expiry of the lease in force to now+duration (see
-// Renewer).
+// ledger.Renewer).
 func (d Delivery) Renew(lease ledger.Lease, now time.Time, duration time.Duration) (ledger.Delivery, ledger.Outcome) {
 	now = ledger.Normalize(now)
 	if o := d.holdOutcome(lease, ""); o != "" {
@@ -329,7 +329,7 @@ func (d Delivery) Expire(now time.Time) (ledger.Delivery, bool) {
 	return d.giveBack(ledger.OpExpire, d.Lease.ExpiresAt, now), true
 }
 
-// Abandon ends open d as Expired with cause: OutcomeEnded when d is
+// Abandon ends open d as Expired with cause: ledger.OutcomeEnded when d is
 // already terminal. ExpireCeremony applies it to each open delivery of the
 // ceremony.
 func (d Delivery) Abandon(cause ledger.Cause, now time.Time) (ledger.Delivery, ledger.Outcome) {
@@ -350,7 +350,7 @@ func (d Delivery) Supersedable() bool {
 	return d.State == ledger.DeliveryStateOffered || d.State == ledger.DeliveryStateLeased
 }
 
-// Supersede moves d to replacement (Follow) or ends it (LeaveBehind); the
+// Supersede moves d to replacement (ledger.Follow) or ends it (ledger.LeaveBehind); the
 // bool says whether d changed.
 func (d Delivery) Supersede(replacement ledger.Target, mode ledger.FollowMode, now time.Time) (ledger.Delivery, bool) {
 	now = ledger.Normalize(now)
@@ -402,7 +402,7 @@ func (d *Delivery) touch(now time.Time) {
 	d.Version++
 }
 
-// addCount returns n+1, or n when n is at MaxCount: no transition takes
+// addCount returns n+1, or n when n is at ledger.MaxCount: no transition takes
 // a count past what both stores hold.
 func addCount(n int) int {
 	if n >= ledger.MaxCount {

@@ -15,7 +15,7 @@ func FenceRejectedCause(target ledger.Target, fence, highest ledger.Fence) ledge
 		Detail: fmt.Sprintf("fence %d is lower than %d, the highest accepted for target %s", fence, highest, target)}
 }
 
-// EndFenceRejected is the transition of FenceRejecter.EndFenceRejected
+// EndFenceRejected is the transition of ledger.FenceRejecter.EndFenceRejected
 // on d, whose target's highest accepted fence is highest (nil: none).
 func (d Delivery) EndFenceRejected(owner ledger.Owner, fence ledger.Fence, highest *ledger.Fence, now time.Time) (ledger.Delivery, ledger.Outcome) {
 	now = ledger.Normalize(now)

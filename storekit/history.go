@@ -7,7 +7,7 @@ import (
 )
 
 // DeliveryTransition describes the change from before to after made by op
-// on behalf of actor (see Transition.Actor; Owner.String for an owner).
+// on behalf of actor (see ledger.Transition.Actor; Owner.String for an owner).
 // before is nil when op created the record. Seq is left zero for the store
 // to number. Both stores build their history through this function so the
 // same calls give the same histories.
@@ -76,8 +76,8 @@ const (
 )
 
 // DeliveryCreation returns the first history entry of d, the one that
-// created it: Seq 1, into Offered at CreatedAt, by OpEnqueue, or by
-// OpRedrive with the reason "redriven from ID" for a delivery a redrive
+// created it: Seq 1, into Offered at CreatedAt, by ledger.OpEnqueue, or by
+// ledger.OpRedrive with the reason "redriven from ID" for a delivery a redrive
 // made. Every record starts at Version 1 in its first state, so the record
 // itself implies the entry; stores may build it from the record instead of
 // storing it.

@@ -6,23 +6,23 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// ValidateTakeLead checks the arguments of Elector.TakeLead.
+// ValidateTakeLead checks the arguments of ledger.Elector.TakeLead.
 func ValidateTakeLead(name, holder string, now time.Time, ttl time.Duration) error {
 	return first(ValidateName("lead name", name), ValidateName("lead holder", holder),
 		ValidateTime("now", now), ValidateDuration("lead ttl", ttl))
 }
 
-// ValidateRenewLead checks the arguments of Elector.RenewLead.
+// ValidateRenewLead checks the arguments of ledger.Elector.RenewLead.
 func ValidateRenewLead(lead ledger.Lead, now time.Time, ttl time.Duration) error {
 	return first(validateLeadArg(lead), ValidateTime("now", now), ValidateDuration("lead ttl", ttl))
 }
 
-// ValidateReleaseLead checks the arguments of Elector.ReleaseLead.
+// ValidateReleaseLead checks the arguments of ledger.Elector.ReleaseLead.
 func ValidateReleaseLead(lead ledger.Lead, now time.Time) error {
 	return first(validateLeadArg(lead), ValidateTime("now", now))
 }
 
-// ValidateGetLead checks the name given to Elector.GetLead.
+// ValidateGetLead checks the name given to ledger.Elector.GetLead.
 func ValidateGetLead(name string) error { return ValidateName("lead name", name) }
 
 // validateLeadArg checks a lead passed back to RenewLead or ReleaseLead.
@@ -33,10 +33,10 @@ func validateLeadArg(l ledger.Lead) error {
 		validateOptionalName("lead holder", l.Holder))
 }
 
-// Take is the state machine of Elector.TakeLead on the lead as stored (the
+// Take is the state machine of ledger.Elector.TakeLead on the lead as stored (the
 // zero Lead with only Name set for one never taken): holder takes a new
 // term with token at now for ttl, or, when the lead is held at now, the
-// lead is unchanged and the outcome is OutcomeWrongOwner.
+// lead is unchanged and the outcome is ledger.OutcomeWrongOwner.
 func (l Lead) Take(holder string, token ledger.Token, now time.Time, ttl time.Duration) (ledger.Lead, ledger.Outcome) {
 	now = ledger.Normalize(now)
 	if ledger.Lead(l).HeldAt(now) {
@@ -50,7 +50,7 @@ func (l Lead) Take(holder string, token ledger.Token, now time.Time, ttl time.Du
 	return ledger.Lead(l), ledger.OutcomeApplied
 }
 
-// Renew is the state machine of Elector.RenewLead on the stored lead l
+// Renew is the state machine of ledger.Elector.RenewLead on the stored lead l
 // (with its token): the expiry moves to now+ttl when held is l's current
 // term and l has not lapsed at now.
 func (l Lead) Renew(held ledger.Lead, now time.Time, ttl time.Duration) (ledger.Lead, ledger.Outcome) {
@@ -62,7 +62,7 @@ func (l Lead) Renew(held ledger.Lead, now time.Time, ttl time.Duration) (ledger.
 	return ledger.Lead(l), ledger.OutcomeApplied
 }
 
-// Release is the state machine of Elector.ReleaseLead on the stored lead
+// Release is the state machine of ledger.Elector.ReleaseLead on the stored lead
 // l: the lead lapses at now when held is its current term and it has not
 // lapsed yet.
 func (l Lead) Release(held ledger.Lead, now time.Time) (ledger.Lead, ledger.Outcome) {

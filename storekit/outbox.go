@@ -28,8 +28,8 @@ func NewOutboxEntry(env ledger.Envelope, now time.Time) ledger.OutboxEntry {
 }
 
 // EnqueueAgain returns the outcome of enqueueing env when e already holds
-// its ID: OutcomeRepeated for the same provider, kind and payload,
-// OutcomeConflict otherwise. Metadata is not content and is not compared.
+// its ID: ledger.OutcomeRepeated for the same provider, kind and payload,
+// ledger.OutcomeConflict otherwise. Metadata is not content and is not compared.
 func (e OutboxEntry) EnqueueAgain(env ledger.Envelope) ledger.Outcome {
 	if e.Envelope.Provider == env.Provider && e.Envelope.Kind == env.Kind &&
 		e.Envelope.IdempotencyKey == env.IdempotencyKey && bytes.Equal(e.Envelope.Payload, env.Payload) {
@@ -83,7 +83,7 @@ func RetryBefore(e, other ledger.OutboxEntry) bool {
 }
 
 // Grant claims e for worker until now+duration under token, counting an
-// attempt (an entry already at MaxCount attempts stays there). e must be
+// attempt (an entry already at ledger.MaxCount attempts stays there). e must be
 // PendingClaimable or RetryClaimable at now.
 func (e OutboxEntry) Grant(worker string, token ledger.Token, now time.Time, duration time.Duration) (ledger.OutboxEntry, ledger.Claim) {
 	now = ledger.Normalize(now)
@@ -166,8 +166,8 @@ func (e OutboxEntry) deadLettered(emissionErr ledger.EmissionError, reason strin
 
 // complete applies a base completion (no claim check). An entry already in
 // the target terminal status comes back unchanged; one that ended otherwise
-// is ErrConflict. Without a claim in force the completion counts an
-// attempt (up to MaxCount); with one, the claim already counted it.
+// is ledger.ErrConflict. Without a claim in force the completion counts an
+// attempt (up to ledger.MaxCount); with one, the claim already counted it.
 func (e OutboxEntry) complete(target ledger.OutboxEntry, op ledger.Operation, now time.Time) (ledger.OutboxEntry, error) {
 	if e.Status.Terminal() {
 		if e.Status == target.Status && !target.Status.Scheduled() {
@@ -200,9 +200,9 @@ func (e OutboxEntry) MarkDeadLettered(emissionErr ledger.EmissionError, reason s
 	return e.complete(e.deadLettered(emissionErr, reason), ledger.OpMarkDeadLettered, now)
 }
 
-// claimOutcome checks a claim completion against e: OutcomeEnded for a
-// terminal entry, "" when claim is in force, OutcomeRepeated when claim is
-// the one op already ended, OutcomeLeaseLost otherwise.
+// claimOutcome checks a claim completion against e: ledger.OutcomeEnded for a
+// terminal entry, "" when claim is in force, ledger.OutcomeRepeated when claim is
+// the one op already ended, ledger.OutcomeLeaseLost otherwise.
 func (e OutboxEntry) claimOutcome(claim ledger.Claim, op ledger.Operation) ledger.Outcome {
 	if e.Status.Terminal() {
 		return ledger.OutcomeEnded
@@ -223,28 +223,28 @@ func (e OutboxEntry) completeClaim(claim ledger.Claim, target ledger.OutboxEntry
 	return e.apply(target, op, now), ledger.OutcomeApplied
 }
 
-// MarkClaimDelivered is ClaimStore.MarkClaimDelivered.
+// MarkClaimDelivered is ledger.ClaimStore.MarkClaimDelivered.
 func (e OutboxEntry) MarkClaimDelivered(claim ledger.Claim, result ledger.EmissionResult, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 	return e.completeClaim(claim, e.delivered(result), ledger.OpMarkDelivered, now)
 }
 
-// MarkClaimFailed is ClaimStore.MarkClaimFailed.
+// MarkClaimFailed is ledger.ClaimStore.MarkClaimFailed.
 func (e OutboxEntry) MarkClaimFailed(claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 	return e.completeClaim(claim, e.failed(emissionErr, nextRetry), ledger.OpMarkFailed, now)
 }
 
-// MarkClaimDeadLettered is ClaimStore.MarkClaimDeadLettered.
+// MarkClaimDeadLettered is ledger.ClaimStore.MarkClaimDeadLettered.
 func (e OutboxEntry) MarkClaimDeadLettered(claim ledger.Claim, emissionErr ledger.EmissionError, reason string, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 	return e.completeClaim(claim, e.deadLettered(emissionErr, reason), ledger.OpMarkDeadLettered, now)
 }
 
-// SaveClaim is ClaimStore.SaveClaim. claim and in must have passed
+// SaveClaim is ledger.ClaimStore.SaveClaim. claim and in must have passed
 // ValidateSaveClaim.
 func (e OutboxEntry) SaveClaim(claim ledger.Claim, in ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 	return e.completeClaim(claim, in, ledger.OpSaveClaim, now)
 }
 
-// ReleaseClaim is ClaimStore.ReleaseClaim: the claim ends, the status
+// ReleaseClaim is ledger.ClaimStore.ReleaseClaim: the claim ends, the status
 // stays, and the attempt is given back.
 func (e OutboxEntry) ReleaseClaim(claim ledger.Claim, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
 	if o := e.claimOutcome(claim, ledger.OpReleaseClaim); o != "" {
@@ -255,7 +255,7 @@ func (e OutboxEntry) ReleaseClaim(claim ledger.Claim, now time.Time) (ledger.Out
 }
 
 // RenewClaim moves the expiry of the claim in force to now+duration (see
-// ClaimRenewer).
+// ledger.ClaimRenewer).
 func (e OutboxEntry) RenewClaim(claim ledger.Claim, now time.Time, duration time.Duration) (ledger.OutboxEntry, ledger.Outcome) {
 	now = ledger.Normalize(now)
 	if o := e.claimOutcome(claim, ""); o != "" {

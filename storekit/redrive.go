@@ -43,7 +43,7 @@ func EncodeRedriveCursor(p RedrivePosition) string {
 
 // DecodeRedriveCursor returns the position a redrive cursor resumes
 // after; the zero position for an empty cursor. A cursor not made by
-// EncodeRedriveCursor is ErrInvalid.
+// EncodeRedriveCursor is ledger.ErrInvalid.
 func DecodeRedriveCursor(cursor string) (RedrivePosition, error) {
 	if cursor == "" {
 		return RedrivePosition{}, nil
@@ -88,7 +88,7 @@ func ValidateRedriveEntry(req ledger.RedriveEntryRequest) error {
 	)
 }
 
-// ValidateRedriveQuery checks a RedriveQuery and returns the position its
+// ValidateRedriveQuery checks a ledger.RedriveQuery and returns the position its
 // cursor resumes after.
 func ValidateRedriveQuery(q ledger.RedriveQuery, now time.Time) (RedrivePosition, error) {
 	for _, s := range q.States {
@@ -107,7 +107,7 @@ func ValidateRedriveQuery(q ledger.RedriveQuery, now time.Time) (RedrivePosition
 	return DecodeRedriveCursor(q.Cursor)
 }
 
-// ValidateRedriveEntryQuery checks a RedriveEntryQuery and returns the
+// ValidateRedriveEntryQuery checks a ledger.RedriveEntryQuery and returns the
 // position its cursor resumes after.
 func ValidateRedriveEntryQuery(q ledger.RedriveEntryQuery) (RedrivePosition, error) {
 	for _, s := range q.Statuses {
@@ -191,8 +191,8 @@ func (d Delivery) RedriveAs(newID ledger.DeliveryID) ledger.DeliveryID {
 // Redrive redrives d as newID (empty: RedriveID(d.ID)) at now. taken
 // reports whether a record holds d.RedriveAs(newID). It returns the
 // original as it now stands, the new record (zero unless the outcome is
-// OutcomeApplied) and the outcome, in the order Redriver gives. For
-// OutcomeRepeated the store answers the record d.RedrivenTo names.
+// ledger.OutcomeApplied) and the outcome, in the order ledger.Redriver gives. For
+// ledger.OutcomeRepeated the store answers the record d.RedrivenTo names.
 func (d Delivery) Redrive(newID ledger.DeliveryID, taken bool, now time.Time) (original, redriven ledger.Delivery, o ledger.Outcome) {
 	now = ledger.Normalize(now)
 	switch {

@@ -116,7 +116,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // DueAt reports whether a claim at now could hand e out, and since when it
-// could: see OutboxStats.OldestDueAt.
+// could: see ledger.OutboxStats.OldestDueAt.
 func (e OutboxEntry) DueAt(now time.Time) (time.Time, bool) {
 	var due time.Time
 	switch {

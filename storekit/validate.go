@@ -15,80 +15,14 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// ValidateEndFenceRejected checks the arguments of EndFenceRejected.
-func ValidateEndFenceRejected(id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) error {
-	return ValidateMarkProcessed(id, owner, &fence, "fence_rejected", now)
-}
+// Every exported entry point of every store calls the Validate function
+// named after it first, before it touches storage: a rejected call
+// returns an *ledger.InvalidError (errors.Is(err, ledger.ErrInvalid))
+// naming the field, and writes nothing. The limits are the root
+// package's (ledger.MaxNameBytes, ledger.MaxLimit, ...).
 
-// ValidateMetadata checks an item's metadata: at most MaxMetadataEntries
-// keys, each a valid name, each value valid free text, and at most
-// MaxMetadataBytes in all. The error names field ("metadata") or its keys
-// and values; when several keys are wrong it names the first in byte
-// order, so every store reports the same one.
-func ValidateMetadata(field string, md ledger.Metadata) error {
-	if len(md) == 0 {
-		return nil
-	}
-	if len(md) > ledger.MaxMetadataEntries {
-		return invalid(field, "must have at most %d keys, got %d", ledger.MaxMetadataEntries, len(md))
-	}
-	size := 0
-	bad := false
-	for k, v := range md {
-		size += len(k) + len(v)
-		if metadataEntryError(field, k, v) != nil {
-			bad = true
-		}
-	}
-	if bad {
-		// Only a rejected call pays for the sort that makes the error the
-		// same in every store and every run.
-		for _, k := range slices.Sorted(maps.Keys(md)) {
-			if err := metadataEntryError(field, k, md[k]); err != nil {
-				return err
-			}
-		}
-	}
-	if size > ledger.MaxMetadataBytes {
-		return invalid(field, "must be at most %d bytes of keys and values, got %d", ledger.MaxMetadataBytes, size)
-	}
-	return nil
-}
-
-// metadataEntryError checks one key and its value.
-func metadataEntryError(field, k, v string) error {
-	if err := ValidateName(field+" key", k); err != nil {
-		return err
-	}
-	var ie *ledger.InvalidError
-	if err := ValidateText(field+" value", v); errors.As(err, &ie) {
-		return invalid(ie.Field, "for key %q: %s", k, ie.Reason)
-	}
-	return nil
-}
-
-// ValidatePurge checks the arguments of PurgeDeliveries and PurgeEntries.
-func ValidatePurge(olderThan time.Time, limit int) error {
-	return first(ValidateTime("older than", olderThan), ValidateLimit("limit", limit))
-}
-
-// ValidateStats checks the arguments of Stats.
-func ValidateStats(f ledger.StatsFilter, now time.Time) error {
-	return first(optionalName("target", string(f.Target)), optionalName("ceremony", string(f.Ceremony)), ValidateTime("now", now))
-}
-
-// ValidateOutboxStats checks the argument of OutboxStats.
-func ValidateOutboxStats(now time.Time) error { return ValidateTime("now", now) }
-
-func optionalName(field, s string) error {
-	if s == "" {
-		return nil
-	}
-	return ValidateName(field, s)
-}
-
-// ValidateName checks an identifier-like value: 1 to MaxNameBytes bytes of
-// valid UTF-8 without any character Invisible reports (control, format
+// ValidateName checks an identifier-like value: 1 to ledger.MaxNameBytes bytes of
+// valid UTF-8 without any character ledger.Invisible reports (control, format
 // and other invisible characters), so that two names that look alike are
 // the same name.
 func ValidateName(field, s string) error {
@@ -117,7 +51,7 @@ func validateOptionalName(field, s string) error {
 	return ValidateName(field, s)
 }
 
-// ValidateText checks free text: valid UTF-8, no NUL, at most MaxTextBytes.
+// ValidateText checks free text: valid UTF-8, no NUL, at most ledger.MaxTextBytes.
 func ValidateText(field, s string) error {
 	switch {
 	case len(s) > ledger.MaxTextBytes:
@@ -142,7 +76,7 @@ func ValidateTime(field string, t time.Time) error {
 }
 
 // ValidateDuration checks a lease or claim duration: at least a
-// microsecond, at most MaxLeaseDuration.
+// microsecond, at most ledger.MaxLeaseDuration.
 func ValidateDuration(field string, d time.Duration) error {
 	if d < time.Microsecond {
 		return invalid(field, "must be positive (at least 1µs)")
@@ -153,7 +87,7 @@ func ValidateDuration(field string, d time.Duration) error {
 	return nil
 }
 
-// ValidateLimit checks a limit or page size: 1 to MaxLimit.
+// ValidateLimit checks a limit or page size: 1 to ledger.MaxLimit.
 func ValidateLimit(field string, n int) error {
 	if n < 1 || n > ledger.MaxLimit {
 		return invalid(field, "must be between 1 and %d, got %d", ledger.MaxLimit, n)
@@ -225,7 +159,7 @@ func ValidateCause(c ledger.Cause) error {
 	return ValidateText("cause detail", c.Detail)
 }
 
-// ValidateEnqueue checks an EnqueueRequest against a store's payload limit.
+// ValidateEnqueue checks a ledger.EnqueueRequest against a store's payload limit.
 func ValidateEnqueue(req ledger.EnqueueRequest, now time.Time, maxPayload int) error {
 	return first(
 		ValidateName("id", string(req.ID)),
@@ -239,7 +173,7 @@ func ValidateEnqueue(req ledger.EnqueueRequest, now time.Time, maxPayload int) e
 	)
 }
 
-// ValidateEnqueueBatch checks a batch: 1 to MaxLimit requests, each valid.
+// ValidateEnqueueBatch checks a batch: 1 to ledger.MaxLimit requests, each valid.
 func ValidateEnqueueBatch(reqs []ledger.EnqueueRequest, now time.Time, maxPayload int) error {
 	if err := ValidateLimit("batch length", len(reqs)); err != nil {
 		return err
@@ -252,7 +186,7 @@ func ValidateEnqueueBatch(reqs []ledger.EnqueueRequest, now time.Time, maxPayloa
 	return nil
 }
 
-// ValidateLease checks the arguments of Ledger.Lease.
+// ValidateLease checks the arguments of ledger.Ledger.Lease.
 func ValidateLease(filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) error {
 	return first(
 		validateTargets("filter targets", filter.Targets),
@@ -264,12 +198,12 @@ func ValidateLease(filter ledger.LeaseFilter, owner ledger.Owner, now time.Time,
 	)
 }
 
-// ValidateAcknowledge checks the arguments of Ledger.Acknowledge.
+// ValidateAcknowledge checks the arguments of ledger.Ledger.Acknowledge.
 func ValidateAcknowledge(lease ledger.Lease, observation string, now time.Time) error {
 	return first(ValidateLeaseArg(lease), ValidateText("observation", observation), ValidateTime("now", now))
 }
 
-// ValidateMarkProcessed checks the arguments of Ledger.MarkProcessed.
+// ValidateMarkProcessed checks the arguments of ledger.Ledger.MarkProcessed.
 func ValidateMarkProcessed(id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) error {
 	var fenceErr error
 	if fence != nil && *fence < 0 {
@@ -285,7 +219,7 @@ func ValidateMarkProcessed(id ledger.DeliveryID, owner ledger.Owner, fence *ledg
 }
 
 // ValidateAcknowledgeProcessed checks the arguments of
-// AckProcessor.AcknowledgeProcessed: those of Acknowledge, then the fence
+// ledger.AckProcessor.AcknowledgeProcessed: those of Acknowledge, then the fence
 // and the action of MarkProcessed.
 func ValidateAcknowledgeProcessed(lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) error {
 	var fenceErr error
@@ -295,7 +229,7 @@ func ValidateAcknowledgeProcessed(lease ledger.Lease, observation string, fence 
 	return first(ValidateAcknowledge(lease, observation, now), fenceErr, ValidateName("action", string(action)))
 }
 
-// ValidateRecordActivation checks the arguments of Ledger.RecordActivation.
+// ValidateRecordActivation checks the arguments of ledger.Ledger.RecordActivation.
 func ValidateRecordActivation(id ledger.DeliveryID, a ledger.Activation, now time.Time) error {
 	var resultErr error
 	if !a.Result.Valid() {
@@ -304,27 +238,27 @@ func ValidateRecordActivation(id ledger.DeliveryID, a ledger.Activation, now tim
 	return first(ValidateName("id", string(id)), resultErr, ValidateText("activation detail", a.Detail), ValidateTime("now", now))
 }
 
-// ValidateMarkFailed checks the arguments of Ledger.MarkFailed.
+// ValidateMarkFailed checks the arguments of ledger.Ledger.MarkFailed.
 func ValidateMarkFailed(lease ledger.Lease, reason ledger.FailureReason, now time.Time) error {
 	return first(ValidateLeaseArg(lease), ValidateText("failure message", reason.Message), ValidateTime("now", now))
 }
 
-// ValidateRelease checks the arguments of Ledger.Release.
+// ValidateRelease checks the arguments of ledger.Ledger.Release.
 func ValidateRelease(lease ledger.Lease, now time.Time) error {
 	return first(ValidateLeaseArg(lease), ValidateTime("now", now))
 }
 
-// ValidateAbandon checks the arguments of Ledger.Abandon.
+// ValidateAbandon checks the arguments of ledger.Ledger.Abandon.
 func ValidateAbandon(id ledger.DeliveryID, cause ledger.Cause, now time.Time) error {
 	return first(ValidateName("id", string(id)), ValidateCause(cause), ValidateTime("now", now))
 }
 
-// ValidateExpireCeremony checks the arguments of Ledger.ExpireCeremony.
+// ValidateExpireCeremony checks the arguments of ledger.Ledger.ExpireCeremony.
 func ValidateExpireCeremony(ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) error {
 	return first(ValidateName("ceremony", string(ceremony)), ValidateCause(cause), ValidateTime("now", now))
 }
 
-// ValidateSupersede checks the arguments of Ledger.Supersede.
+// ValidateSupersede checks the arguments of ledger.Ledger.Supersede.
 func ValidateSupersede(previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) error {
 	var err error
 	switch {
@@ -341,7 +275,7 @@ func ValidateSupersede(previous, replacement ledger.Target, mode ledger.FollowMo
 	)
 }
 
-// ValidateList checks a ListQuery and returns the ID its cursor points
+// ValidateList checks a ledger.ListQuery and returns the ID its cursor points
 // after ("" for the first page).
 func ValidateList(q ledger.ListQuery) (after ledger.DeliveryID, err error) {
 	for _, s := range q.States {
@@ -370,7 +304,7 @@ func ValidateEnvelope(env ledger.Envelope, maxPayload int) error {
 	)
 }
 
-// ValidateEnvelopeBatch checks a batch of envelopes: 1 to MaxLimit, each valid.
+// ValidateEnvelopeBatch checks a batch of envelopes: 1 to ledger.MaxLimit, each valid.
 func ValidateEnvelopeBatch(envs []ledger.Envelope, maxPayload int) error {
 	if err := ValidateLimit("batch length", len(envs)); err != nil {
 		return err
@@ -417,7 +351,7 @@ func validatePastOK(field string, t time.Time) error {
 
 // ValidateSave checks the entry given to Save. Its Version is not
 // checked: a version the entry never had (zero, say, from an entry built
-// by hand) is a stale one, which Save answers with ErrConflict.
+// by hand) is a stale one, which Save answers with ledger.ErrConflict.
 func ValidateSave(e ledger.OutboxEntry) error {
 	return validateEntryFields(e)
 }
@@ -459,7 +393,7 @@ func validateEntryFields(e ledger.OutboxEntry) error {
 	)
 }
 
-// ValidateClaimRequest checks a ClaimRequest.
+// ValidateClaimRequest checks a ledger.ClaimRequest.
 func ValidateClaimRequest(req ledger.ClaimRequest) error {
 	return first(
 		ValidateName("worker", req.Worker),
@@ -505,7 +439,7 @@ const cursorPrefix = "c1:"
 func EncodeCursor(after ledger.DeliveryID) string { return encodeCursor(cursorPrefix, string(after)) }
 
 // DecodeCursor returns the ID a List cursor resumes after; "" for an empty
-// cursor. A cursor not made by EncodeCursor is ErrInvalid.
+// cursor. A cursor not made by EncodeCursor is ledger.ErrInvalid.
 func DecodeCursor(cursor string) (ledger.DeliveryID, error) {
 	id, err := decodeCursor(cursorPrefix, cursor)
 	return ledger.DeliveryID(id), err
@@ -546,31 +480,31 @@ func ValidateGet(id string) error { return ValidateName("id", id) }
 // ValidateExpire checks the now given to Expire.
 func ValidateExpire(now time.Time) error { return ValidateTime("now", now) }
 
-// ValidateFindPending checks the arguments of OutboxStore.FindPending.
+// ValidateFindPending checks the arguments of ledger.OutboxStore.FindPending.
 func ValidateFindPending(limit int) error { return ValidateLimit("limit", limit) }
 
-// ValidateFindRetryReady checks the arguments of OutboxStore.FindRetryReady.
+// ValidateFindRetryReady checks the arguments of ledger.OutboxStore.FindRetryReady.
 func ValidateFindRetryReady(now time.Time, limit int) error {
 	return first(ValidateTime("now", now), ValidateLimit("limit", limit))
 }
 
-// ValidateMarkDelivered checks the arguments of OutboxStore.MarkDelivered.
+// ValidateMarkDelivered checks the arguments of ledger.OutboxStore.MarkDelivered.
 func ValidateMarkDelivered(id ledger.OutboxEntryID, result ledger.EmissionResult) error {
 	return first(ValidateName("id", string(id)), ValidateEmissionResult(result))
 }
 
-// ValidateMarkEntryFailed checks the arguments of OutboxStore.MarkFailed.
+// ValidateMarkEntryFailed checks the arguments of ledger.OutboxStore.MarkFailed.
 func ValidateMarkEntryFailed(id ledger.OutboxEntryID, emissionErr ledger.EmissionError, nextRetry *time.Time) error {
 	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateNextRetry(nextRetry))
 }
 
-// ValidateMarkDeadLettered checks the arguments of OutboxStore.MarkDeadLettered.
+// ValidateMarkDeadLettered checks the arguments of ledger.OutboxStore.MarkDeadLettered.
 func ValidateMarkDeadLettered(id ledger.OutboxEntryID, emissionErr ledger.EmissionError, reason string) error {
 	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
 }
 
 // ValidateClaimCompletions checks the argument of
-// ClaimCompleter.CompleteClaims: 1 to MaxLimit completions, each valid as
+// ledger.ClaimCompleter.CompleteClaims: 1 to ledger.MaxLimit completions, each valid as
 // the call its Op names, and no Op but those five.
 func ValidateClaimCompletions(cs []ledger.ClaimCompletion) error {
 	if err := ValidateLimit("completions", len(cs)); err != nil {
@@ -599,32 +533,32 @@ func ValidateClaimCompletions(cs []ledger.ClaimCompletion) error {
 	return nil
 }
 
-// ValidateMarkClaimDelivered checks the arguments of ClaimStore.MarkClaimDelivered.
+// ValidateMarkClaimDelivered checks the arguments of ledger.ClaimStore.MarkClaimDelivered.
 func ValidateMarkClaimDelivered(claim ledger.Claim, result ledger.EmissionResult) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionResult(result))
 }
 
-// ValidateMarkClaimFailed checks the arguments of ClaimStore.MarkClaimFailed.
+// ValidateMarkClaimFailed checks the arguments of ledger.ClaimStore.MarkClaimFailed.
 func ValidateMarkClaimFailed(claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionError(emissionErr), ValidateNextRetry(nextRetry))
 }
 
-// ValidateMarkClaimDeadLettered checks the arguments of ClaimStore.MarkClaimDeadLettered.
+// ValidateMarkClaimDeadLettered checks the arguments of ledger.ClaimStore.MarkClaimDeadLettered.
 func ValidateMarkClaimDeadLettered(claim ledger.Claim, emissionErr ledger.EmissionError, reason string) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
 }
 
-// ValidateReleaseClaim checks the arguments of ClaimStore.ReleaseClaim.
+// ValidateReleaseClaim checks the arguments of ledger.ClaimStore.ReleaseClaim.
 func ValidateReleaseClaim(claim ledger.Claim, reason string) error {
 	return first(ValidateClaimArg(claim), ValidateText("reason", reason))
 }
 
-// ValidateRenewLease checks the arguments of Renewer.RenewLease.
+// ValidateRenewLease checks the arguments of ledger.Renewer.RenewLease.
 func ValidateRenewLease(lease ledger.Lease, now time.Time, duration time.Duration) error {
 	return first(ValidateLeaseArg(lease), ValidateTime("now", now), ValidateDuration("lease duration", duration))
 }
 
-// ValidateRenewClaim checks the arguments of ClaimRenewer.RenewClaim.
+// ValidateRenewClaim checks the arguments of ledger.ClaimRenewer.RenewClaim.
 func ValidateRenewClaim(claim ledger.Claim, now time.Time, duration time.Duration) error {
 	return first(ValidateClaimArg(claim), ValidateTime("now", now), ValidateDuration("lease duration", duration))
 }
@@ -644,4 +578,76 @@ func ClampPast(t time.Time) time.Time {
 		return MinTime()
 	}
 	return ledger.Normalize(t)
+}
+
+// ValidateEndFenceRejected checks the arguments of EndFenceRejected.
+func ValidateEndFenceRejected(id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) error {
+	return ValidateMarkProcessed(id, owner, &fence, "fence_rejected", now)
+}
+
+// ValidateMetadata checks an item's metadata: at most ledger.MaxMetadataEntries
+// keys, each a valid name, each value valid free text, and at most
+// ledger.MaxMetadataBytes in all. The error names field ("metadata") or its keys
+// and values; when several keys are wrong it names the first in byte
+// order, so every store reports the same one.
+func ValidateMetadata(field string, md ledger.Metadata) error {
+	if len(md) == 0 {
+		return nil
+	}
+	if len(md) > ledger.MaxMetadataEntries {
+		return invalid(field, "must have at most %d keys, got %d", ledger.MaxMetadataEntries, len(md))
+	}
+	size := 0
+	bad := false
+	for k, v := range md {
+		size += len(k) + len(v)
+		if metadataEntryError(field, k, v) != nil {
+			bad = true
+		}
+	}
+	if bad {
+		// Only a rejected call pays for the sort that makes the error the
+		// same in every store and every run.
+		for _, k := range slices.Sorted(maps.Keys(md)) {
+			if err := metadataEntryError(field, k, md[k]); err != nil {
+				return err
+			}
+		}
+	}
+	if size > ledger.MaxMetadataBytes {
+		return invalid(field, "must be at most %d bytes of keys and values, got %d", ledger.MaxMetadataBytes, size)
+	}
+	return nil
+}
+
+// metadataEntryError checks one key and its value.
+func metadataEntryError(field, k, v string) error {
+	if err := ValidateName(field+" key", k); err != nil {
+		return err
+	}
+	var ie *ledger.InvalidError
+	if err := ValidateText(field+" value", v); errors.As(err, &ie) {
+		return invalid(ie.Field, "for key %q: %s", k, ie.Reason)
+	}
+	return nil
+}
+
+// ValidatePurge checks the arguments of PurgeDeliveries and PurgeEntries.
+func ValidatePurge(olderThan time.Time, limit int) error {
+	return first(ValidateTime("older than", olderThan), ValidateLimit("limit", limit))
+}
+
+// ValidateStats checks the arguments of Stats.
+func ValidateStats(f ledger.StatsFilter, now time.Time) error {
+	return first(optionalName("target", string(f.Target)), optionalName("ceremony", string(f.Ceremony)), ValidateTime("now", now))
+}
+
+// ValidateOutboxStats checks the argument of ledger.OutboxStats.
+func ValidateOutboxStats(now time.Time) error { return ValidateTime("now", now) }
+
+func optionalName(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	return ValidateName(field, s)
 }
