@@ -138,12 +138,17 @@ func optionalTime(field string, t time.Time) error {
 	return ValidateTime(field, t)
 }
 
+// redrivableState is the rule of ledger.Delivery.Redrivable for a state
+// alone. The root package keeps that rule for its users (the console
+// offers a redrive by it); reading it from the record's own method says
+// it once.
 func redrivableState(s ledger.DeliveryState) bool {
-	return s == ledger.DeliveryStateFailed || s == ledger.DeliveryStateExpired
+	return ledger.Delivery{State: s}.Redrivable()
 }
 
+// redrivableStatus is redrivableState for outbox entries.
 func redrivableStatus(s ledger.OutboxStatus) bool {
-	return s == ledger.OutboxStatusFailed || s == ledger.OutboxStatusDeadLettered
+	return ledger.OutboxEntry{Status: s}.Redrivable()
 }
 
 // redriveSuffix marks a derived ID or key.
