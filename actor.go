@@ -19,7 +19,7 @@ type actorKey struct{}
 // an error matching ErrInvalid for one that breaks it, so a store never
 // meets an actor it could not record.
 func WithActor(ctx context.Context, actor string) (context.Context, error) {
-	if err := ValidateName("actor", actor); err != nil {
+	if err := validateName("actor", actor); err != nil {
 		return ctx, err
 	}
 	return context.WithValue(ctx, actorKey{}, actor), nil

@@ -1,10 +1,5 @@
 package ledger
 
-import (
-	"fmt"
-	"time"
-)
-
 // This file is the bounded queue: the caller the delivery seed names for
 // Abandon ("the thing keeping a queue bounded"). A store configured with
 // a bound for a target keeps that target's queue, its Offered and Leased
@@ -32,16 +27,13 @@ import (
 //   - Only the calls that add a new delivery to a target enforce its
 //     bound. A Follow supersession moves work without it; the next
 //     enqueue for the replacement brings its queue back under the bound,
-//     at most MaxLimit abandoned per call (QueueOverflow).
+//     at most MaxLimit abandoned per call (storekit.QueueOverflow).
 //   - The cost when no bound applies is nothing: a store without bounds
 //     runs exactly the enqueue it ran before. With one, pgstore serialises
 //     the enqueues of a bounded target for their transaction, counts at
 //     most bound+MaxLimit entries of the index of the target's queue and
 //     reads its oldest Offered rows from the same index, never the
 //     target's ended rows.
-
-// MaxQueueBound bounds a queue bound.
-const MaxQueueBound = 1_000_000
 
 // QueueBounds is a store's bounds on its targets' queues (see the file
 // comment of bound.go for the rule).
@@ -80,7 +72,7 @@ func (b QueueBounds) Validate() error {
 		return invalid("queue bound", "must be between 0 and %d, got %d", MaxQueueBound, b.Default)
 	}
 	for t, n := range b.Targets {
-		if err := ValidateName("queue bound target", string(t)); err != nil {
+		if err := validateName("queue bound target", string(t)); err != nil {
 			return err
 		}
 		if n < 0 || n > MaxQueueBound {
@@ -100,39 +92,4 @@ func (b QueueBounds) With(t Target, n int) QueueBounds {
 	m[t] = n
 	b.Targets = m
 	return b
-}
-
-// Queued reports whether d counts against its target's bound: Offered or
-// Leased.
-func (d Delivery) Queued() bool {
-	return d.State == DeliveryStateOffered || d.State == DeliveryStateLeased
-}
-
-// QueueOverflow returns how many of a target's Offered deliveries a call
-// that added to its queue abandons, when queued deliveries (the new ones
-// included) are Offered or Leased and bound applies: queued minus bound,
-// at most MaxLimit (a queue that was over its bound before, after a
-// Follow supersession or a lowered bound, comes back under it over
-// several calls), and 0 when bound is 0.
-func QueueOverflow(queued, bound int) int {
-	if bound <= 0 || queued <= bound {
-		return 0
-	}
-	return min(queued-bound, MaxLimit)
-}
-
-// QueueBoundedCause is the cause a bound ends a delivery with.
-func QueueBoundedCause(bound int) Cause {
-	return Cause{Kind: CauseQueueBounded, Detail: fmt.Sprintf("its target's queue was over its bound of %d", bound)}
-}
-
-// BoundQueue ends d, one of the oldest Offered deliveries of a target
-// whose queue is over bound, as Expired with QueueBoundedCause(bound): it
-// is Abandon with that cause, recorded as OpAbandon. It answers
-// OutcomeWrongState, and changes nothing, unless d is Offered.
-func (d Delivery) BoundQueue(bound int, now time.Time) (Delivery, Outcome) {
-	if d.State != DeliveryStateOffered {
-		return d, OutcomeWrongState
-	}
-	return d.Abandon(QueueBoundedCause(bound), now)
 }

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"cmp"
 	"context"
 	"time"
 )
@@ -72,11 +71,6 @@ func contains[T comparable](s []T, v T) bool {
 	}
 	return false
 }
-
-// MaxEndedLimit bounds EndedQuery.Limit. A chart of the last hour needs
-// more records than a page of a list, and the ended records it reads are
-// small (no payload).
-const MaxEndedLimit = 10_000
 
 // EndedQuery selects the records whose EndedAt lies in [Since, Until),
 // latest first, at most Limit of them. A store reads them through its
@@ -149,65 +143,4 @@ func (e OutboxEntry) End() (EntryEnd, bool) {
 // window.
 func (q EndedQuery) Includes(endedAt time.Time) bool {
 	return !endedAt.Before(Normalize(q.Since)) && endedAt.Before(Normalize(q.Until))
-}
-
-// CompareEnded orders ended records as ListEnded and ListEndedEntries
-// return them: a negative number when the record that ended at (atA, idA)
-// comes first, latest EndedAt first, then greatest ID.
-func CompareEnded(atA time.Time, idA string, atB time.Time, idB string) int {
-	return cmp.Or(atB.Compare(atA), cmp.Compare(idB, idA))
-}
-
-// ValidateEnded checks an EndedQuery: both times valid, Since before
-// Until, and Limit 1 to MaxEndedLimit.
-func ValidateEnded(q EndedQuery) error {
-	if err := first(ValidateTime("since", q.Since), ValidateTime("until", q.Until)); err != nil {
-		return err
-	}
-	if !q.Since.Before(q.Until) {
-		return invalid("since", "must be before until")
-	}
-	if q.Limit < 1 || q.Limit > MaxEndedLimit {
-		return invalid("limit", "must be between 1 and %d, got %d", MaxEndedLimit, q.Limit)
-	}
-	return nil
-}
-
-// ValidateOutboxList checks an OutboxListQuery and returns the entry ID its
-// cursor points after ("" for the first page).
-func ValidateOutboxList(q OutboxListQuery) (after OutboxEntryID, err error) {
-	for _, s := range q.Statuses {
-		if !s.Valid() {
-			return "", invalid("statuses", "unknown status %q", s)
-		}
-	}
-	if len(q.Providers) > MaxLimit {
-		return "", invalid("providers", "must list at most %d providers", MaxLimit)
-	}
-	for _, p := range q.Providers {
-		if err := ValidateName("providers", p); err != nil {
-			return "", err
-		}
-	}
-	if err := first(validateOptionalName("idempotency key", q.IdempotencyKey), ValidateLimit("limit", q.Limit)); err != nil {
-		return "", err
-	}
-	id, err := decodeCursor(outboxCursorPrefix, q.Cursor)
-	return OutboxEntryID(id), err
-}
-
-const outboxCursorPrefix = "e1:"
-
-// EncodeOutboxCursor returns the opaque ListEntries cursor that resumes
-// after id.
-func EncodeOutboxCursor(after OutboxEntryID) string {
-	return encodeCursor(outboxCursorPrefix, string(after))
-}
-
-// DecodeOutboxCursor returns the entry ID a ListEntries cursor resumes
-// after; "" for an empty cursor. A cursor not made by EncodeOutboxCursor
-// (a List cursor among them) is ErrInvalid.
-func DecodeOutboxCursor(cursor string) (OutboxEntryID, error) {
-	id, err := decodeCursor(outboxCursorPrefix, cursor)
-	return OutboxEntryID(id), err
 }

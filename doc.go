@@ -51,12 +51,17 @@
 //
 // # One state machine
 //
-// The transitions of a Delivery and of an OutboxEntry are pure methods on
-// the record values in this package (Delivery.Grant, Delivery.Acknowledge,
-// OutboxEntry.MarkClaimDelivered, ...): a record and a request go in, the
-// new record and an Outcome come out. Stores choose which records a call
-// touches and in what order, then apply these functions; they never invent
-// rules of their own. docs/state-machines.md draws both machines.
+// This package is what a user of a store reads: the interfaces, the
+// records and their read-only helpers (Terminal, Applied, Redacted, ...),
+// requests, results, outcomes, options and errors. What a store does to
+// its records is package storekit, the store writer's kit: the
+// transitions of deliveries, outbox entries and leads as pure functions
+// (a record and a request go in, the new record and an Outcome come out),
+// the Validate functions every store calls first, and the accumulators of
+// the statistics. Stores choose which records a call touches and in what
+// order, then apply the kit; they never invent rules of their own, which
+// is why both stores give the same answers. docs/state-machines.md draws
+// both machines; storekit's documentation says how to write a store.
 //
 // # Guarantees
 //

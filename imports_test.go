@@ -13,8 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestImportRule proves the dependency rule: the root package needs only
-// the standard library and uuid; only pgstore and its test helper
+// TestImportRule proves the dependency rule: the root package and the
+// store writer's kit (storekit) need only the standard library and uuid
+// (and the kit the root package); only pgstore and its test helper
 // pgstoretest (and the programs and test harness that hand it a pool)
 // import pgx; no library package imports anything outside the module,
 // the standard library, uuid and, for the conformance suite, testify.
@@ -24,8 +25,12 @@ func TestImportRule(t *testing.T) {
 		".":        func(p string) bool { return p == "github.com/google/uuid" },
 		"memstore": func(p string) bool { return strings.HasPrefix(p, module) },
 		"dispatch": func(p string) bool { return strings.HasPrefix(p, module) },
-		// shard composes any store: it sees only the contract.
-		"shard": func(p string) bool { return p == module || p == "github.com/google/uuid" },
+		// shard composes any store: it sees only the contract, and the
+		// store writer's kit for the sums and orders it merges.
+		"shard": func(p string) bool { return p == module || p == module+"/storekit" || p == "github.com/google/uuid" },
+		// The store writer's kit is the state machine over the contract's
+		// records: nothing but them, the standard library and uuid.
+		"storekit": func(p string) bool { return p == module || p == "github.com/google/uuid" },
 		"ledgertest": func(p string) bool {
 			return strings.HasPrefix(p, module) || strings.HasPrefix(p, "github.com/stretchr/testify/")
 		},
@@ -59,6 +64,7 @@ func TestImportRule(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Contains(t, imports, ".", "the walk must see the root package")
+	require.Contains(t, imports, "storekit", "the walk must see the store writer's kit")
 
 	for dir, ps := range imports {
 		for _, p := range ps {

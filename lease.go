@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"crypto/rand"
 	"time"
 )
 
@@ -30,11 +29,6 @@ func (o Owner) String() string { return o.Agent + "/" + o.Incarnation }
 // holds a lease or claim, its sequence number and its times, never its
 // token (see Delivery.Redacted), and JSON never includes one.
 type Token string
-
-// NewToken returns a fresh random token (128 bits, base32 text). Stores call
-// it once per grant; the state machine takes the token as an argument so that
-// it stays a pure function.
-func NewToken() Token { return Token(rand.Text()) }
 
 // Lease is an exclusive, expiring hold on one delivery.
 //
@@ -66,11 +60,6 @@ type Lease struct {
 // ExpiredAt reports whether the lease has run out at now.
 func (l Lease) ExpiredAt(now time.Time) bool { return !now.Before(l.ExpiresAt) }
 
-// sameGrant reports whether other is the same grant as l.
-func (l Lease) sameGrant(other Lease) bool {
-	return l.Token == other.Token && l.Seq == other.Seq && l.DeliveryID == other.DeliveryID
-}
-
 // Claim is an exclusive, expiring hold on one outbox entry, taken by a
 // worker before it emits the entry to its provider.
 //
@@ -96,10 +85,6 @@ type Claim struct {
 
 // ExpiredAt reports whether the claim has run out at now.
 func (c Claim) ExpiredAt(now time.Time) bool { return !now.Before(c.ExpiresAt) }
-
-func (c Claim) sameGrant(other Claim) bool {
-	return c.Token == other.Token && c.Seq == other.Seq && c.EntryID == other.EntryID
-}
 
 // Operation names a call of either contract. Records remember the operation
 // that ended their last lease or claim, so that a repeated call can be told
@@ -157,32 +142,6 @@ type EndedGrant struct {
 	At time.Time `json:"at,omitzero"`
 }
 
-// matches reports whether the grant (token, seq) is the one that ended, by op.
-func (e *EndedGrant) matches(token Token, seq int64, op Operation) bool {
-	return e != nil && e.Token == token && e.Seq == seq && e.Op == op
-}
-
-// MinTime is the earliest time the API accepts as a now: the Unix epoch.
-// Every time crossing the API is normalised to UTC and truncated to the
-// microsecond (PostgreSQL's precision) and must lie in [MinTime(),
-// MaxTime()], the range in which Unix nanoseconds fit an int64, so that
-// adding any accepted duration can never overflow. Due times (a nextRetry,
-// an AvailableAt) may lie further in the past; see ClampPast.
-func MinTime() time.Time { return time.Unix(0, 0).UTC() }
-
-// MaxTime is the latest time the API accepts, in April 2262.
-func MaxTime() time.Time { return time.Unix(0, 1<<63-1).UTC().Truncate(time.Microsecond) }
-
 // Normalize returns t in UTC, truncated to the microsecond. Both stores
 // apply it at the API boundary, before any comparison or write.
 func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-// Limits on durations accepted by the API.
-const (
-	// MaxLeaseDuration bounds a lease or claim duration. Long-running work
-	// should renew its lease rather than take a week-long one.
-	MaxLeaseDuration = 7 * 24 * time.Hour
-	// MaxPolicyDuration bounds the backoff and acknowledgement window of a
-	// retry policy.
-	MaxPolicyDuration = 365 * 24 * time.Hour
-)

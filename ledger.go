@@ -244,7 +244,7 @@ const (
 func (m FollowMode) Valid() bool { return m == Follow || m == LeaveBehind }
 
 // CauseKind names why a delivery ended as Expired. Callers may use their
-// own kinds (a name: see ValidateName) beside these.
+// own kinds (a name: see storekit.ValidateName) beside these.
 type CauseKind string
 
 // Cause kinds the ledger itself uses, and common ones for callers.
@@ -254,6 +254,10 @@ const (
 	CauseCeremonyEnded         CauseKind = "ceremony_ended"
 	CauseBindingRevoked        CauseKind = "binding_revoked"
 	CauseQueueBounded          CauseKind = "queue_bounded"
+	// CauseFenceRejected ends a delivery whose owner's MarkProcessed was
+	// refused for a fence lower than the highest accepted for its target
+	// (see FenceRejecter and fence.go). Its detail names both fences.
+	CauseFenceRejected CauseKind = "fence_rejected"
 )
 
 // Cause says why a delivery ended as Expired.

@@ -42,9 +42,6 @@ func DefaultPolicy() Policy {
 	}
 }
 
-// MaxAttemptsLimit bounds Policy.MaxAttempts.
-const MaxAttemptsLimit = 1000
-
 // Resolve fills p's zero fields from defaults and normalises the durations
 // to microseconds, the precision both stores keep.
 func (p Policy) Resolve(defaults Policy) Policy {

@@ -23,20 +23,3 @@ type Purger interface {
 type OutboxPurger interface {
 	PurgeEntries(ctx context.Context, olderThan time.Time, limit int) (int, error)
 }
-
-// Purgeable reports whether PurgeDeliveries may delete d: it ended before
-// olderThan.
-func (d Delivery) Purgeable(olderThan time.Time) bool {
-	return d.State.Terminal() && d.EndedAt.Before(Normalize(olderThan))
-}
-
-// Purgeable reports whether PurgeEntries may delete e: it ended before
-// olderThan.
-func (e OutboxEntry) Purgeable(olderThan time.Time) bool {
-	return e.Status.Terminal() && e.EndedAt.Before(Normalize(olderThan))
-}
-
-// ValidatePurge checks the arguments of PurgeDeliveries and PurgeEntries.
-func ValidatePurge(olderThan time.Time, limit int) error {
-	return first(ValidateTime("older than", olderThan), ValidateLimit("limit", limit))
-}

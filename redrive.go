@@ -2,13 +2,7 @@ package ledger
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // This file is redrive: sending again what ended badly, as a new open
@@ -25,7 +19,7 @@ import (
 //     Delivered) and open work answer OutcomeWrongState and write nothing.
 //   - The new record's ID: the caller's (RedriveRequest.NewID,
 //     RedriveEntryRequest.IdempotencyKey), or one derived from the
-//     original (RedriveID, RedriveKey): the original's followed by
+//     original (storekit.RedriveID, storekit.RedriveKey): the original's followed by
 //     "/redrive", so that an operator reading either sees the link, and a
 //     redrive of a redrive reads ".../redrive/redrive". An outbox entry's
 //     ID comes from its idempotency key, so the new entry has a new key:
@@ -50,7 +44,7 @@ import (
 //     the redrive sets RedrivenTo, bumps its Version and stamps UpdatedAt,
 //     and its history gains an OpRedrive entry ("redriven as ID") from its
 //     state to the same state. The new record's history starts with an
-//     OpRedrive creation ("redriven from ID", see DeliveryCreation).
+//     OpRedrive creation ("redriven from ID", see storekit.DeliveryCreation).
 //   - A redriven delivery joins its target's queue like an enqueued one,
 //     so a queue bound (QueueBounds) applies to it: the redrive may
 //     abandon the target's oldest offered delivery (RedriveResult.Abandoned).
@@ -86,7 +80,7 @@ type OutboxRedriver interface {
 // RedriveRequest asks for one delivery to be redriven.
 type RedriveRequest struct {
 	ID DeliveryID
-	// NewID names the new delivery; empty means RedriveID(ID).
+	// NewID names the new delivery; empty means storekit.RedriveID(ID).
 	NewID DeliveryID
 }
 
@@ -148,7 +142,7 @@ func (b RedriveBatch) Redriven() int {
 type RedriveEntryRequest struct {
 	ID OutboxEntryID
 	// IdempotencyKey is the new entry's key, which fixes its ID; empty
-	// means RedriveKey of the original's key.
+	// means storekit.RedriveKey of the original's key.
 	IdempotencyKey string
 }
 
@@ -193,33 +187,6 @@ func (b RedriveEntryBatch) Redriven() int {
 	return n
 }
 
-// redriveSuffix marks a derived ID or key.
-const redriveSuffix = "/redrive"
-
-// RedriveID returns the ID a redrive of delivery id gives the new delivery
-// when the caller names none: id followed by "/redrive". An id too long to
-// take the suffix is cut, at a character boundary, to make room for
-// "/redrive-" and 16 hex digits of its SHA-256, so the result is a valid
-// ID and still differs for different originals.
-func RedriveID(id DeliveryID) DeliveryID { return DeliveryID(redriveName(string(id))) }
-
-// RedriveKey returns the idempotency key a redrive of an entry with key
-// gives the new entry when the caller names none, as RedriveID does.
-func RedriveKey(key string) string { return redriveName(key) }
-
-func redriveName(s string) string {
-	if len(s)+len(redriveSuffix) <= MaxNameBytes {
-		return s + redriveSuffix
-	}
-	sum := sha256.Sum256([]byte(s))
-	tag := redriveSuffix + "-" + hex.EncodeToString(sum[:8])
-	cut := MaxNameBytes - len(tag)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + tag
-}
-
 // Redrivable reports whether d ended in a state a redrive accepts (Failed
 // or Expired) and was not redriven yet.
 func (d Delivery) Redrivable() bool {
@@ -230,56 +197,6 @@ func redrivableState(s DeliveryState) bool {
 	return s == DeliveryStateFailed || s == DeliveryStateExpired
 }
 
-// RedriveAs returns the ID a redrive of d asking for newID names: the
-// delivery d was already redriven as, else newID, else RedriveID(d.ID).
-// The store looks that ID up before calling Redrive.
-func (d Delivery) RedriveAs(newID DeliveryID) DeliveryID {
-	switch {
-	case d.RedrivenTo != "":
-		return d.RedrivenTo
-	case newID != "":
-		return newID
-	}
-	return RedriveID(d.ID)
-}
-
-// Redrive redrives d as newID (empty: RedriveID(d.ID)) at now. taken
-// reports whether a record holds d.RedriveAs(newID). It returns the
-// original as it now stands, the new record (zero unless the outcome is
-// OutcomeApplied) and the outcome, in the order Redriver gives. For
-// OutcomeRepeated the store answers the record d.RedrivenTo names.
-func (d Delivery) Redrive(newID DeliveryID, taken bool, now time.Time) (original, redriven Delivery, o Outcome) {
-	now = Normalize(now)
-	switch {
-	case d.RedrivenTo != "" && (newID == "" || newID == d.RedrivenTo):
-		return d, Delivery{}, OutcomeRepeated
-	case d.RedrivenTo != "":
-		return d, Delivery{}, OutcomeConflict
-	case !redrivableState(d.State):
-		return d, Delivery{}, OutcomeWrongState
-	case taken:
-		return d, Delivery{}, OutcomeConflict
-	}
-	id := d.RedriveAs(newID)
-	redriven = Delivery{
-		ID:           id,
-		Target:       d.Target,
-		Ceremony:     d.Ceremony,
-		Payload:      clonePayload(d.Payload),
-		Metadata:     d.Metadata.Clone(),
-		Policy:       d.Policy,
-		State:        DeliveryStateOffered,
-		AvailableAt:  now,
-		CreatedAt:    now,
-		UpdatedAt:    now,
-		Version:      1,
-		RedrivenFrom: d.ID,
-	}
-	d.RedrivenTo = id
-	d.touch(now)
-	return d, redriven, OutcomeApplied
-}
-
 // Redrivable reports whether e ended in a status a redrive accepts
 // (Failed or DeadLettered) and was not redriven yet.
 func (e OutboxEntry) Redrivable() bool {
@@ -288,50 +205,6 @@ func (e OutboxEntry) Redrivable() bool {
 
 func redrivableStatus(s OutboxStatus) bool {
 	return s == OutboxStatusFailed || s == OutboxStatusDeadLettered
-}
-
-// RedriveKeyFor returns the idempotency key of the entry a redrive of e
-// asking for key (empty: RedriveKey) makes. Once e was redriven the key is
-// that entry's, which the store reads; RedriveAs gives its ID.
-func (e OutboxEntry) RedriveKeyFor(key string) string {
-	if key != "" {
-		return key
-	}
-	return RedriveKey(e.Envelope.IdempotencyKey)
-}
-
-// RedriveAs returns the ID of the entry a redrive of e asking for key
-// names: the entry e was already redriven as, else the one key (or
-// RedriveKey) fixes.
-func (e OutboxEntry) RedriveAs(key string) OutboxEntryID {
-	if e.RedrivenTo != "" {
-		return e.RedrivenTo
-	}
-	return OutboxEntryIDFor(e.RedriveKeyFor(key))
-}
-
-// Redrive is Delivery.Redrive for outbox entries: the new entry is
-// Pending at now under the key key (empty: RedriveKey of e's key).
-func (e OutboxEntry) Redrive(key string, taken bool, now time.Time) (original, redriven OutboxEntry, o Outcome) {
-	now = Normalize(now)
-	switch {
-	case e.RedrivenTo != "" && (key == "" || OutboxEntryIDFor(key) == e.RedrivenTo):
-		return e, OutboxEntry{}, OutcomeRepeated
-	case e.RedrivenTo != "":
-		return e, OutboxEntry{}, OutcomeConflict
-	case !redrivableStatus(e.Status):
-		return e, OutboxEntry{}, OutcomeWrongState
-	case taken:
-		return e, OutboxEntry{}, OutcomeConflict
-	}
-	env := e.Envelope
-	env.Metadata = e.Envelope.Metadata.Clone()
-	env.IdempotencyKey = e.RedriveKeyFor(key)
-	redriven = NewOutboxEntry(env, now)
-	redriven.RedrivenFrom = e.ID
-	e.RedrivenTo = redriven.ID
-	e.touch(now)
-	return e, redriven, OutcomeApplied
 }
 
 // Matches reports whether RedriveMatching at now with q's filters takes d
@@ -371,130 +244,4 @@ func cutoff(endedBefore, now time.Time) time.Time {
 		return Normalize(endedBefore)
 	}
 	return now
-}
-
-// RedrivePosition is where RedriveMatching (or RedriveEntriesMatching)
-// resumes: after the record that ended at EndedAt with ID ID, in
-// (EndedAt, ID) order. The zero position is the start.
-type RedrivePosition struct {
-	EndedAt time.Time
-	ID      string
-}
-
-// After reports whether a record that ended at endedAt with ID id comes
-// after p in redrive order.
-func (p RedrivePosition) After(endedAt time.Time, id string) bool {
-	if p.EndedAt.IsZero() {
-		return true
-	}
-	if c := endedAt.Compare(p.EndedAt); c != 0 {
-		return c > 0
-	}
-	return id > p.ID
-}
-
-// redriveCursorPrefix keeps redrive cursors apart from List's.
-const redriveCursorPrefix = "r1:"
-
-// EncodeRedriveCursor returns the opaque cursor that resumes after p.
-func EncodeRedriveCursor(p RedrivePosition) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(redriveCursorPrefix +
-		strconv.FormatInt(p.EndedAt.UnixMicro(), 10) + ":" + p.ID))
-}
-
-// DecodeRedriveCursor returns the position a redrive cursor resumes
-// after; the zero position for an empty cursor. A cursor not made by
-// EncodeRedriveCursor is ErrInvalid.
-func DecodeRedriveCursor(cursor string) (RedrivePosition, error) {
-	if cursor == "" {
-		return RedrivePosition{}, nil
-	}
-	bad := invalid("cursor", "malformed")
-	if len(cursor) > 2*MaxNameBytes+64 {
-		return RedrivePosition{}, bad
-	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
-	if err != nil || !strings.HasPrefix(string(raw), redriveCursorPrefix) {
-		return RedrivePosition{}, bad
-	}
-	micros, id, ok := strings.Cut(strings.TrimPrefix(string(raw), redriveCursorPrefix), ":")
-	if !ok {
-		return RedrivePosition{}, bad
-	}
-	us, err := strconv.ParseInt(micros, 10, 64)
-	if err != nil {
-		return RedrivePosition{}, bad
-	}
-	p := RedrivePosition{EndedAt: time.UnixMicro(us).UTC(), ID: id}
-	if ValidateName("cursor", id) != nil || ValidateTime("cursor", p.EndedAt) != nil || EncodeRedriveCursor(p) != cursor {
-		return RedrivePosition{}, bad
-	}
-	return p, nil
-}
-
-// ValidateRedrive checks the arguments of Redrive.
-func ValidateRedrive(req RedriveRequest, now time.Time) error {
-	return first(
-		ValidateName("id", string(req.ID)),
-		validateOptionalName("new id", string(req.NewID)),
-		ValidateTime("now", now),
-	)
-}
-
-// ValidateRedriveEntry checks the argument of RedriveEntry.
-func ValidateRedriveEntry(req RedriveEntryRequest) error {
-	return first(
-		ValidateName("id", string(req.ID)),
-		validateOptionalName("idempotency key", req.IdempotencyKey),
-	)
-}
-
-// ValidateRedriveQuery checks a RedriveQuery and returns the position its
-// cursor resumes after.
-func ValidateRedriveQuery(q RedriveQuery, now time.Time) (RedrivePosition, error) {
-	for _, s := range q.States {
-		if !redrivableState(s) {
-			return RedrivePosition{}, invalid("states", "%q cannot be redriven: want %s or %s", s, DeliveryStateFailed, DeliveryStateExpired)
-		}
-	}
-	if err := first(
-		validateTargets("targets", q.Targets),
-		optionalTime("ended before", q.EndedBefore),
-		ValidateLimit("limit", q.Limit),
-		ValidateTime("now", now),
-	); err != nil {
-		return RedrivePosition{}, err
-	}
-	return DecodeRedriveCursor(q.Cursor)
-}
-
-// ValidateRedriveEntryQuery checks a RedriveEntryQuery and returns the
-// position its cursor resumes after.
-func ValidateRedriveEntryQuery(q RedriveEntryQuery) (RedrivePosition, error) {
-	for _, s := range q.Statuses {
-		if !redrivableStatus(s) {
-			return RedrivePosition{}, invalid("statuses", "%q cannot be redriven: want %s or %s", s, OutboxStatusFailed, OutboxStatusDeadLettered)
-		}
-	}
-	if len(q.Providers) > MaxLimit {
-		return RedrivePosition{}, invalid("providers", "must list at most %d providers", MaxLimit)
-	}
-	for _, p := range q.Providers {
-		if err := ValidateName("providers", p); err != nil {
-			return RedrivePosition{}, err
-		}
-	}
-	if err := first(validateOptionalName("idempotency key", q.IdempotencyKey),
-		optionalTime("ended before", q.EndedBefore), ValidateLimit("limit", q.Limit)); err != nil {
-		return RedrivePosition{}, err
-	}
-	return DecodeRedriveCursor(q.Cursor)
-}
-
-// optionalTime is ValidateTime for a time that may be zero.
-func optionalTime(field string, t time.Time) error {
-	if t.IsZero() {
-		return nil
-	}
-	return ValidateTime(field, t)
 }

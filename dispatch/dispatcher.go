@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Emitter emits one outbox entry to its provider. It returns the
@@ -113,7 +114,7 @@ func (d *Dispatcher) Worker() string { return d.cfg.worker }
 // of completions, and ctx.Err() when ctx was cancelled; the Stats count
 // what happened either way.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return Stats{}, err
 	}
 	if err := ctx.Err(); err != nil {

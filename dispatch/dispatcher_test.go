@@ -14,6 +14,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/dispatch"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 func okEmitter(em *emissions) dispatch.Emitter {
@@ -287,12 +288,12 @@ func checkFaultOutcomes(t *testing.T, store ledger.ClaimStore, em *emissions, ob
 	check("garbage", func(t *testing.T, e ledger.OutboxEntry) {
 		assert.Equal(t, ledger.OutboxStatusDeadLettered, e.Status)
 		require.NotNil(t, e.LastError)
-		assert.NoError(t, ledger.ValidateEmissionError(*e.LastError))
+		assert.NoError(t, storekit.ValidateEmissionError(*e.LastError))
 	})
 	check("garbage-ok", func(t *testing.T, e ledger.OutboxEntry) {
 		assert.Equal(t, ledger.OutboxStatusDelivered, e.Status)
 		require.NotNil(t, e.Result)
-		assert.NoError(t, ledger.ValidateEmissionResult(*e.Result))
+		assert.NoError(t, storekit.ValidateEmissionResult(*e.Result))
 	})
 
 	// Every claim ended in exactly one recorded outcome, and none was lost.

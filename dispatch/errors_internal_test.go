@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 func TestEmissionErrorCodeAndMessage(t *testing.T) {
@@ -42,7 +43,7 @@ func TestEmissionErrorCodeAndMessage(t *testing.T) {
 			assert.Equal(t, tc.want.Message, got.Message, name)
 		}
 		assert.NotContains(t, got.Message, "permanent:", "%s: the code says permanent; the message does not repeat it", name)
-		assert.NoError(t, ledger.ValidateEmissionError(got), name)
+		assert.NoError(t, storekit.ValidateEmissionError(got), name)
 	}
 	assert.NoError(t, Coded("x", nil))
 }

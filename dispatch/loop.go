@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds what the Dispatcher's and the Worker's loops share: the
@@ -26,7 +27,7 @@ func invalid(field, reason string) error {
 // validateLoop reports the first malformed setting among those both loops
 // use, as a *ledger.InvalidError.
 func (c *config) validateLoop() error {
-	if err := ledger.ValidateDuration("lease duration", c.leaseDuration); err != nil {
+	if err := storekit.ValidateDuration("lease duration", c.leaseDuration); err != nil {
 		return err
 	}
 	switch {
@@ -40,7 +41,7 @@ func (c *config) validateLoop() error {
 	if err := c.common.validate(); err != nil {
 		return err
 	}
-	return ledger.ValidateLimit("batch size", c.batchSize)
+	return storekit.ValidateLimit("batch size", c.batchSize)
 }
 
 // waitPoll waits for the poll interval (with jitter unless disabled), or

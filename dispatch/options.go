@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Defaults of a Dispatcher.
@@ -139,7 +140,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		common:          defaultCommon(),
-		worker:          "dispatch-" + string(ledger.NewToken()),
+		worker:          "dispatch-" + string(storekit.NewToken()),
 		emitTimeout:     DefaultEmitTimeout,
 		leaseDuration:   DefaultLeaseDuration,
 		batchSize:       DefaultBatchSize,
@@ -267,7 +268,7 @@ func WithSweeper(opts ...SweeperOption) LoopOption {
 
 // validate reports the first malformed setting as a *ledger.InvalidError.
 func (c *config) validate() error {
-	if err := ledger.ValidateName("worker", c.worker); err != nil {
+	if err := storekit.ValidateName("worker", c.worker); err != nil {
 		return err
 	}
 	if err := c.validateLoop(); err != nil {

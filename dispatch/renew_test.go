@@ -13,6 +13,7 @@ import (
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/dispatch"
 	"github.com/leaseledger/ledger/memstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // renewingOutbox overrides memstore's ledger.ClaimRenewer by applying the
@@ -31,7 +32,7 @@ var _ ledger.ClaimRenewer = (*renewingOutbox)(nil)
 var errRenew = errors.New("connection reset")
 
 func (s *renewingOutbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Time, d time.Duration) (ledger.OutboxResult, error) {
-	if err := ledger.ValidateRenewClaim(claim, now, d); err != nil {
+	if err := storekit.ValidateRenewClaim(claim, now, d); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	s.mu.Lock()
@@ -54,7 +55,7 @@ func (s *renewingOutbox) RenewClaim(ctx context.Context, claim ledger.Claim, now
 	if e.Claim != nil && e.Claim.Seq == claim.Seq && e.Claim.EntryID == claim.EntryID {
 		e.Claim.Token = claim.Token
 	}
-	e, out := e.RenewClaim(claim, now, d)
+	e, out := storekit.OutboxEntry(e).RenewClaim(claim, now, d)
 	// Like every store, it hands the entry out without the token.
 	return ledger.OutboxResult{Outcome: out, Entry: e.Redacted()}, nil
 }

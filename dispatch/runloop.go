@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds what the Run loops of the Dispatcher, the Worker and the
@@ -80,7 +81,7 @@ func (h *health) succeeded() int {
 // loop whose latest cycles failed, or a store that does not answer probe;
 // nil when the store answers, whether or not there is work.
 func (h *health) ready(ctx context.Context, probe func(context.Context) error) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -247,7 +248,7 @@ func runBeside(ctx context.Context, h *health, sw *Sweeper, loop func(context.Co
 // error; Ready reports it. With WithSweeper, the Sweeper runs beside the
 // poll loop and stops with it, and its own ErrUnusable stops Run too.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return err
 	}
 	view, leave := joinView(d.store, nil, d.cfg.ownClock)
@@ -290,7 +291,7 @@ func (d *Dispatcher) Ready(ctx context.Context) error {
 // and stops with it. Failing cycles back off, and a store that cannot
 // work at all stops Run with its error, as for Dispatcher.Run.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return err
 	}
 	view, leave := joinView(w.ledger, w.filter, w.cfg.ownClock)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // SweepJob names one kind of work a Sweeper does. It is also the name of
@@ -152,7 +153,7 @@ func (s *Sweeper) Holder() string { return s.cfg.holder }
 // store that cannot work at all (ledger.ErrUnusable) stops Run with that
 // error.
 func (s *Sweeper) Run(ctx context.Context) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return err
 	}
 	s.health.begin()
@@ -202,7 +203,7 @@ func (s *Sweeper) Ready(ctx context.Context) error {
 // jobs' errors and ctx.Err() when ctx was cancelled; the stats count what
 // happened either way.
 func (s *Sweeper) RunOnce(ctx context.Context) (SweepStats, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return SweepStats{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -329,7 +330,7 @@ func (s *Sweeper) expire(ctx context.Context, _ *sweepJob, now time.Time) (int, 
 func (s *Sweeper) purger(del func(ctx context.Context, olderThan time.Time, limit int) (int, error)) func(context.Context, *sweepJob, time.Time) (int, error) {
 	return func(ctx context.Context, j *sweepJob, now time.Time) (int, error) {
 		cutoff := now.Add(-s.cfg.retention)
-		if cutoff.Before(ledger.MinTime()) {
+		if cutoff.Before(storekit.MinTime()) {
 			return 0, nil // nothing can have ended that long ago
 		}
 		total := 0

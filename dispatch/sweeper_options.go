@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Defaults of a Sweeper.
@@ -121,7 +122,7 @@ func defaultHolder() string {
 	if err != nil || host == "" {
 		host = "sweeper"
 	}
-	return sanitizeName(fmt.Sprintf("%s/%d/%s", host, os.Getpid(), string(ledger.NewToken())[:8]))
+	return sanitizeName(fmt.Sprintf("%s/%d/%s", host, os.Getpid(), string(storekit.NewToken())[:8]))
 }
 
 // leadTTL is how long a lead the Sweeper takes or renews lasts.
@@ -138,8 +139,8 @@ func (c *sweeperConfig) validate() error {
 	case c.retain && (c.retention <= 0 || c.retention > MaxRetention):
 		return invalid("retention", fmt.Sprintf("must be positive and at most %s", MaxRetention))
 	}
-	if err := ledger.ValidateLimit("purge batch size", c.purgeBatch); err != nil {
+	if err := storekit.ValidateLimit("purge batch size", c.purgeBatch); err != nil {
 		return err
 	}
-	return ledger.ValidateName("holder", c.holder)
+	return storekit.ValidateName("holder", c.holder)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Handler handles one leased delivery for a Worker. It returns what to do
@@ -217,12 +218,12 @@ func NewWorker(l ledger.Ledger, agent string, targets []ledger.Target, h Handler
 		ledger:  l,
 		renewer: renewer,
 		handler: h,
-		owner:   ledger.Owner{Agent: agent, Incarnation: string(ledger.NewToken())},
+		owner:   ledger.Owner{Agent: agent, Incarnation: string(storekit.NewToken())},
 		filter:  ledger.LeaseFilter{Targets: slices.Clone(targets), Ceremony: cfg.ceremony},
 		cfg:     cfg,
 	}
 	// The time is a placeholder: only the other arguments are checked here.
-	if err := ledger.ValidateLease(w.filter, w.owner, ledger.MinTime(), cfg.leaseDuration, cfg.batchSize); err != nil {
+	if err := storekit.ValidateLease(w.filter, w.owner, storekit.MinTime(), cfg.leaseDuration, cfg.batchSize); err != nil {
 		return nil, err
 	}
 	if cfg.sweep {
@@ -246,7 +247,7 @@ func (w *Worker) Owner() ledger.Owner { return w.owner }
 // any store errors of completions, and ctx.Err() when ctx was cancelled;
 // the stats count what happened either way.
 func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return WorkerStats{}, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Defaults of a Worker that differ from a Dispatcher's.
@@ -115,5 +116,5 @@ func (c *workerConfig) validate(renews bool) error {
 	case !renews && c.handleTimeout >= c.leaseDuration:
 		return invalid("handle timeout", "must be shorter than the lease duration when the ledger cannot renew leases")
 	}
-	return ledger.ValidateText("observation", c.observation)
+	return storekit.ValidateText("observation", c.observation)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/dispatch"
 	"github.com/leaseledger/ledger/memstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // workerPolicy is the default policy of every test ledger.
@@ -362,7 +363,7 @@ func TestWorkerAppliesTheFence(t *testing.T) {
 	d = getDelivery(t, l, ids[1])
 	assert.Equal(t, ledger.DeliveryStateExpired, d.State, "a refused delivery ends at once")
 	require.NotNil(t, d.Cause)
-	assert.Equal(t, ledger.FenceRejectedCause("host", 3, 5), *d.Cause)
+	assert.Equal(t, storekit.FenceRejectedCause("host", 3, 5), *d.Cause)
 	assert.Nil(t, d.Processing)
 	h, err := l.History(context.Background(), ids[1])
 	require.NoError(t, err)
@@ -477,7 +478,7 @@ func TestWorkerAcknowledgementAfterTheLeaseExpiredIsLost(t *testing.T) {
 	assert.Equal(t, string(ledger.OutcomeLeaseExpired), evs[0].Outcome)
 	d := getDelivery(t, l, ids[0])
 	assert.Equal(t, ledger.DeliveryStateLeased, d.State, "not acknowledged: offered again")
-	assert.True(t, d.Offerable(clk.Now()))
+	assert.True(t, storekit.Delivery(d).Offerable(clk.Now()))
 }
 
 func TestWorkerHandleTimeoutCancelsTheHandler(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // claimCompletion is one call made under a claim, with what it must do to
@@ -239,7 +240,7 @@ func testClaimCompletion(t *testing.T, newStore NewClaimStoreFunc, cc claimCompl
 
 	claimRun(t, cc.name+"/UnclaimedEntryIsLeaseLost", newStore, func(t *testing.T, s ledger.ClaimStore) {
 		e := claimEnqueue(t, s, "order-1")
-		forged := ledger.Claim{EntryID: e.ID, Worker: claimWorker, Token: ledger.NewToken(), Seq: 1, ClaimedAt: claimT0, ExpiresAt: claimAt(claimLease)}
+		forged := ledger.Claim{EntryID: e.ID, Worker: claimWorker, Token: storekit.NewToken(), Seq: 1, ClaimedAt: claimT0, ExpiresAt: claimAt(claimLease)}
 		res, err := cc.do(t, s, forged)
 		claimRequireUnapplied(t, s, e, res, err, ledger.OutcomeLeaseLost)
 	})
@@ -263,7 +264,7 @@ func testClaimCompletion(t *testing.T, newStore NewClaimStoreFunc, cc claimCompl
 
 	claimRun(t, cc.name+"/UnknownEntryIsNotFound", newStore, func(t *testing.T, s ledger.ClaimStore) {
 		claimNew(t, s, "order-1", claimT0)
-		missing := ledger.Claim{EntryID: ledger.OutboxEntryIDFor("missing"), Worker: claimWorker, Token: ledger.NewToken(), Seq: 1}
+		missing := ledger.Claim{EntryID: ledger.OutboxEntryIDFor("missing"), Worker: claimWorker, Token: storekit.NewToken(), Seq: 1}
 		res, err := cc.do(t, s, missing)
 		require.NoError(t, err)
 		require.Equal(t, ledger.OutcomeNotFound, res.Outcome)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Sizes of the concurrency test. The claim duration is short in logical
@@ -132,7 +133,7 @@ func (r *claimRecorder) claim(ctx context.Context, w int, retry bool, limit int)
 			r.problems.addf("entry %s seq %d: claim [%s, %s) for Now %s", e.ID, c.Seq, c.ClaimedAt, c.ExpiresAt, now)
 		case !retry && e.Status != ledger.OutboxStatusPending:
 			r.problems.addf("entry %s: ClaimPending claimed a %s entry", e.ID, e.Status)
-		case retry && !e.RetryReady(now):
+		case retry && !storekit.OutboxEntry(e).RetryReady(now):
 			r.problems.addf("entry %s: ClaimRetryReady claimed a %s entry due %s at %s", e.ID, e.Status, e.NextAttemptAt, now)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testListEndedEntries checks ledger.OutboxEndedLister, as testListEnded
@@ -46,7 +47,7 @@ func claimEnded(t *testing.T, s ledger.ClaimStore, q ledger.EndedQuery) []ledger
 func endedEntriesOpen(t *testing.T, s ledger.ClaimStore) {
 	claimEnqueue(t, s, "open")
 	claimScheduled(t, s, "retry", claimT0)
-	got := claimEnded(t, s, ledger.EndedQuery{Since: ledger.MinTime(), Until: ledger.MaxTime(), Limit: 10})
+	got := claimEnded(t, s, ledger.EndedQuery{Since: storekit.MinTime(), Until: storekit.MaxTime(), Limit: 10})
 	require.Empty(t, got)
 }
 
@@ -61,7 +62,7 @@ func endedEntriesWindow(t *testing.T, s ledger.ClaimStore) {
 	}
 	require.Len(t, ends, 3)
 	slices.SortFunc(ends, func(a, b ledger.EntryEnd) int {
-		return ledger.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
+		return storekit.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
 	})
 	latest, earliest := ends[0].EndedAt, ends[len(ends)-1].EndedAt
 	window := ledger.EndedQuery{Since: earliest, Until: latest.Add(time.Microsecond), Limit: 10}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds the helpers of the outbox and claim half of the suite.
@@ -317,7 +318,7 @@ func claimPendingOrder(entries []ledger.OutboxEntry) []ledger.OutboxEntryID {
 // claimRetryOrder returns the IDs of entries in FindRetryReady order.
 func claimRetryOrder(entries []ledger.OutboxEntry) []ledger.OutboxEntryID {
 	sorted := append([]ledger.OutboxEntry(nil), entries...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].RetryBefore(sorted[j]) })
+	sort.SliceStable(sorted, func(i, j int) bool { return storekit.RetryBefore(sorted[i], sorted[j]) })
 	return claimEntryIDs(sorted)
 }
 
@@ -329,7 +330,7 @@ func claimSnapshot(t *testing.T, s ledger.ClaimStore, ids ...ledger.OutboxEntryI
 	ctx := t.Context()
 	pending, err := s.FindPending(ctx, ledger.MaxLimit)
 	require.NoError(t, err)
-	retry, err := s.FindRetryReady(ctx, ledger.MaxTime(), ledger.MaxLimit)
+	retry, err := s.FindRetryReady(ctx, storekit.MaxTime(), ledger.MaxLimit)
 	require.NoError(t, err)
 	out := append(pending, retry...)
 	for _, id := range ids {

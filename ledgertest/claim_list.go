@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testListEntries checks ledger.OutboxLister: filters by status and
@@ -210,7 +211,7 @@ func listEntriesMalformedCursor(t *testing.T, s ledger.ClaimStore) {
 		"!!not base64!!",
 		string(entries[0].ID),
 		// A List cursor is a delivery cursor, not an outbox one.
-		ledger.EncodeCursor(ledger.DeliveryID(entries[0].ID)),
+		storekit.EncodeCursor(ledger.DeliveryID(entries[0].ID)),
 	} {
 		_, err := claimLister(t, s).ListEntries(t.Context(), ledger.OutboxListQuery{Limit: 10, Cursor: c})
 		requireInvalid(t, err)

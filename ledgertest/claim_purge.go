@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testPurgeEntries checks OutboxPurger.PurgeEntries: retention deletes
@@ -133,7 +134,7 @@ func claimPurgeDeletesOnlyEndedBeforeTheCutoff(t *testing.T, s ledger.ClaimStore
 	for _, e := range ended {
 		claimRequireAbsent(t, s, e.ID)
 	}
-	require.Zero(t, claimPurge(t, s, ledger.MaxTime(), ledger.MaxLimit), "open entries are never purged")
+	require.Zero(t, claimPurge(t, s, storekit.MaxTime(), ledger.MaxLimit), "open entries are never purged")
 	for _, e := range open {
 		claimRequireStored(t, s, e)
 	}
@@ -147,7 +148,7 @@ func claimPurgeOldestFirstAndBounded(t *testing.T, s ledger.ClaimStore) {
 		ended = append(ended, claimDelivered(t, s, key))
 	}
 	order := claimEndedOrder(ended)
-	cutoff := ledger.MaxTime()
+	cutoff := storekit.MaxTime()
 	for i, n := range []int{2, 2, 1} {
 		require.Equal(t, n, claimPurge(t, s, cutoff, 2), "call %d", i+1)
 		gone := order[:min(2*(i+1), len(order))]
@@ -166,7 +167,7 @@ func claimPurgeInvalidIsRejected(t *testing.T, s ledger.ClaimStore) {
 	e := claimDelivered(t, s, "ended")
 	open := claimEnqueue(t, s, "open")
 	p := claimPurger(t, s)
-	cutoff := ledger.MaxTime()
+	cutoff := storekit.MaxTime()
 	requireUntouched := func() {
 		t.Helper()
 		claimRequireStored(t, s, e)
@@ -178,7 +179,7 @@ func claimPurgeInvalidIsRejected(t *testing.T, s ledger.ClaimStore) {
 		limit     int
 	}{
 		{"ZeroTime", time.Time{}, 10},
-		{"TimeBeyondMax", ledger.MaxTime().Add(time.Hour), 10},
+		{"TimeBeyondMax", storekit.MaxTime().Add(time.Hour), 10},
 		{"ZeroLimit", cutoff, 0},
 		{"NegativeLimit", cutoff, -1},
 		{"LimitAboveMax", cutoff, ledger.MaxLimit + 1},

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testEntryRedrive checks ledger.OutboxRedriver: a failed or dead-lettered
@@ -120,7 +121,7 @@ func claimRedriveDeadLettered(t *testing.T, s ledger.ClaimStore) {
 	dead := claimDeadLettered(t, s, "user-7/welcome")
 	res := claimRedrive(t, s, ledger.RedriveEntryRequest{ID: dead.ID})
 	claimRequireRedriven(t, s, dead, res, "user-7/welcome/redrive")
-	require.Equal(t, ledger.RedriveKey("user-7/welcome"), res.Redriven.Envelope.IdempotencyKey)
+	require.Equal(t, storekit.RedriveKey("user-7/welcome"), res.Redriven.Envelope.IdempotencyKey)
 	require.Equal(t, dead.LastError, res.Original.LastError)
 	require.Equal(t, dead.DeadLetterReason, res.Original.DeadLetterReason)
 	require.True(t, dead.EndedAt.Equal(res.Original.EndedAt), "the original keeps its end")
@@ -130,7 +131,7 @@ func claimRedriveDeadLettered(t *testing.T, s ledger.ClaimStore) {
 
 func claimRedriveFailed(t *testing.T, s ledger.ClaimStore) {
 	failed := claimFailed(t, s, "k-1")
-	claimRequireRedriven(t, s, failed, claimRedrive(t, s, ledger.RedriveEntryRequest{ID: failed.ID}), ledger.RedriveKey("k-1"))
+	claimRequireRedriven(t, s, failed, claimRedrive(t, s, ledger.RedriveEntryRequest{ID: failed.ID}), storekit.RedriveKey("k-1"))
 }
 
 func claimRedriveOpenIsWrongState(t *testing.T, s ledger.ClaimStore) {
@@ -141,7 +142,7 @@ func claimRedriveOpenIsWrongState(t *testing.T, s ledger.ClaimStore) {
 	for _, e := range []ledger.OutboxEntry{pending, scheduled, deferred, claimed} {
 		before := claimFind(t, s, e.ID)
 		claimRequireRedriveNotApplied(t, s, before, claimRedrive(t, s, ledger.RedriveEntryRequest{ID: e.ID}), ledger.OutcomeWrongState)
-		claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(ledger.RedriveKey(e.Envelope.IdempotencyKey)))
+		claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(storekit.RedriveKey(e.Envelope.IdempotencyKey)))
 	}
 }
 
@@ -150,7 +151,7 @@ func claimRedriveDeliveredIsWrongState(t *testing.T, s ledger.ClaimStore) {
 	done, err := s.MarkDelivered(t.Context(), e.ID, ledger.EmissionResult{ProviderRef: "ref-1"})
 	require.NoError(t, err)
 	claimRequireRedriveNotApplied(t, s, done, claimRedrive(t, s, ledger.RedriveEntryRequest{ID: e.ID}), ledger.OutcomeWrongState)
-	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(ledger.RedriveKey("k-1")))
+	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(storekit.RedriveKey("k-1")))
 }
 
 func claimRedriveTwiceIsRepeated(t *testing.T, s ledger.ClaimStore) {
@@ -180,12 +181,12 @@ func claimRedriveAnotherKeyIsConflict(t *testing.T, s ledger.ClaimStore) {
 func claimRedriveCallerChoosesTheKey(t *testing.T, s ledger.ClaimStore) {
 	dead := claimDeadLettered(t, s, "k-1")
 	claimRequireRedriven(t, s, dead, claimRedrive(t, s, ledger.RedriveEntryRequest{ID: dead.ID, IdempotencyKey: "k-1-again"}), "k-1-again")
-	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(ledger.RedriveKey("k-1")))
+	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(storekit.RedriveKey("k-1")))
 }
 
 func claimRedriveTakenKeyIsConflict(t *testing.T, s ledger.ClaimStore) {
 	dead := claimDeadLettered(t, s, "k-1")
-	taken := claimEnqueue(t, s, ledger.RedriveKey("k-1"))
+	taken := claimEnqueue(t, s, storekit.RedriveKey("k-1"))
 	chosen := claimEnqueue(t, s, "chosen")
 	for _, r := range []ledger.RedriveEntryRequest{{ID: dead.ID}, {ID: dead.ID, IdempotencyKey: "chosen"}} {
 		res := claimRedrive(t, s, r)
@@ -205,7 +206,7 @@ func claimRedriveTakenKeyDerivedFree(t *testing.T, s ledger.ClaimStore) {
 	claimRequireRedriveNotApplied(t, s, dead, res, ledger.OutcomeConflict)
 	require.Equal(t, ledger.OutboxEntry{}, res.Redriven)
 	claimRequireStored(t, s, chosen)
-	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(ledger.RedriveKey("k-1")))
+	claimRequireAbsent(t, s, ledger.OutboxEntryIDFor(storekit.RedriveKey("k-1")))
 }
 
 func claimRedriveUnknownIsNotFound(t *testing.T, s ledger.ClaimStore) {
@@ -298,7 +299,7 @@ func claimRedriveMatchingFilters(t *testing.T, s ledger.ClaimStore) {
 		Statuses: []ledger.OutboxStatus{ledger.OutboxStatusDeadLettered}, Providers: []string{"provider-a"}, Limit: 10,
 	})
 	require.Equal(t, []ledger.OutboxEntryID{deadA.ID}, claimRedrivenIDs(got))
-	claimRequireRedriven(t, s, deadA, got[0], ledger.RedriveKey("dead-a"))
+	claimRequireRedriven(t, s, deadA, got[0], storekit.RedriveKey("dead-a"))
 	for _, e := range []ledger.OutboxEntry{failedA, deadB, pending, delivered} {
 		claimRequireStored(t, s, e)
 	}
@@ -358,7 +359,7 @@ func claimRedriveMatchingByKey(t *testing.T, s ledger.ClaimStore) {
 	f := claimFailed(t, s, "order-3")
 	got := claimRedriveAll(t, s, ledger.RedriveEntryQuery{IdempotencyKey: "order-2", Limit: 10})
 	require.Equal(t, []ledger.OutboxEntryID{b.ID}, claimRedrivenIDs(got))
-	claimRequireRedriven(t, s, b, got[0], ledger.RedriveKey("order-2"))
+	claimRequireRedriven(t, s, b, got[0], storekit.RedriveKey("order-2"))
 	claimRequireStored(t, s, a)
 	claimRequireStored(t, s, f)
 	require.Empty(t, claimRedriveAll(t, s, ledger.RedriveEntryQuery{IdempotencyKey: "order-3",

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // claimRenewer returns s as a ledger.ClaimRenewer. Every claim store we
@@ -126,7 +127,7 @@ func testRenewClaim(t *testing.T, newStore NewClaimStoreFunc) {
 		claimRequireUnapplied(t, s, second.Entry, res, err, ledger.OutcomeLeaseLost)
 
 		for _, change := range []func(*ledger.Claim){
-			func(c *ledger.Claim) { c.Token = ledger.NewToken() },
+			func(c *ledger.Claim) { c.Token = storekit.NewToken() },
 			func(c *ledger.Claim) { c.Seq++ },
 			func(c *ledger.Claim) { c.Token = first.Claim.Token },
 		} {
@@ -144,7 +145,7 @@ func testRenewClaim(t *testing.T, newStore NewClaimStoreFunc) {
 
 		// Nor is a claim on an entry that was never claimed.
 		free := claimEnqueue(t, s, "order-2")
-		forged := ledger.Claim{EntryID: free.ID, Worker: claimWorker, Token: ledger.NewToken(), Seq: 1, ClaimedAt: claimT0, ExpiresAt: claimAt(claimLease)}
+		forged := ledger.Claim{EntryID: free.ID, Worker: claimWorker, Token: storekit.NewToken(), Seq: 1, ClaimedAt: claimT0, ExpiresAt: claimAt(claimLease)}
 		res, err = claimRenew(t, s, forged, claimT0, claimLease)
 		claimRequireUnapplied(t, s, free, res, err, ledger.OutcomeLeaseLost)
 	})
@@ -209,7 +210,7 @@ func testRenewClaim(t *testing.T, newStore NewClaimStoreFunc) {
 		// out and that nobody took over.
 		ce := claimNew(t, s, "order-open", claimT0)
 		forged := ce.Claim
-		forged.Token = ledger.NewToken()
+		forged.Token = storekit.NewToken()
 		res, err = claimRenew(t, s, forged, ce.Claim.ExpiresAt, claimLease)
 		claimRequireUnapplied(t, s, ce.Entry, res, err, ledger.OutcomeLeaseLost)
 	})

@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testOutboxStats checks ledger.OutboxStatsReporter: the counts by status,
 // the depth of what the claims could hand out and the lag of the oldest of
 // it, overall and by provider (ByProvider: only providers with a due
-// entry). Every answer must equal what ledger.OutboxStats.Count gives over every
+// entry). Every answer must equal what storekit.CountEntry gives over every
 // entry read back with FindByID, and Depth must be what ClaimPending and
 // ClaimRetryReady hand out. A store that does not implement
 // OutboxStatsReporter skips the group: stats are optional.
@@ -62,12 +63,12 @@ func claimStats(t *testing.T, s ledger.ClaimStore, now time.Time) ledger.OutboxS
 // answer.
 func claimScanStats(t *testing.T, s ledger.ClaimStore, ids []ledger.OutboxEntryID, now time.Time) ledger.OutboxStats {
 	t.Helper()
-	want := ledger.NewOutboxStats()
+	want := storekit.NewOutboxStats()
 	for _, id := range ids {
 		e := claimCanon(claimFind(t, s, id))
-		want.Count(&e, now)
+		storekit.CountEntry(&want, &e, now)
 	}
-	want.Finish(now)
+	storekit.FinishOutboxStats(&want, now)
 	return want
 }
 
@@ -81,7 +82,7 @@ func claimRequireStatsMatchScan(t *testing.T, s ledger.ClaimStore, ids []ledger.
 }
 
 func claimStatsEmptyStore(t *testing.T, s ledger.ClaimStore) {
-	require.Equal(t, ledger.NewOutboxStats(), claimStats(t, s, claimT0), "every status present and zero, nothing else")
+	require.Equal(t, storekit.NewOutboxStats(), claimStats(t, s, claimT0), "every status present and zero, nothing else")
 }
 
 // claimStatsMix enqueues one entry in each situation: pending and claimed
@@ -231,7 +232,7 @@ func claimStatsQueueByProvider(t *testing.T, s ledger.ClaimStore) {
 
 func claimStatsInvalidIsRejected(t *testing.T, s ledger.ClaimStore) {
 	r := claimStatsReporter(t, s)
-	for _, now := range []time.Time{{}, ledger.MaxTime().Add(time.Second), ledger.MinTime().Add(-time.Second)} {
+	for _, now := range []time.Time{{}, storekit.MaxTime().Add(time.Second), storekit.MinTime().Add(-time.Second)} {
 		_, err := r.OutboxStats(t.Context(), now)
 		requireInvalid(t, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // claimFixture is the store every validation case runs against: an entry
@@ -80,14 +81,14 @@ var (
 	claimBadTimes = []claimBadTime{
 		{"Zero", time.Time{}},
 		{"BeforeMinTime", time.Date(1960, time.January, 1, 0, 0, 0, 0, time.UTC)},
-		{"AfterMaxTime", ledger.MaxTime().Add(time.Microsecond)},
+		{"AfterMaxTime", storekit.MaxTime().Add(time.Microsecond)},
 	}
 	// claimBadDueTimes are values no call accepts as a time something
 	// becomes due (nextRetry, NextAttemptAt). Any past time is accepted
 	// there: it means due now.
 	claimBadDueTimes = []claimBadTime{
 		{"Zero", time.Time{}},
-		{"AfterMaxTime", ledger.MaxTime().Add(time.Microsecond)},
+		{"AfterMaxTime", storekit.MaxTime().Add(time.Microsecond)},
 	}
 )
 

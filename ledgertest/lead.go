@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds the Leadership group, run by TestLedger and by
@@ -198,7 +199,7 @@ func leadLapsedIsNotRenewed(t *testing.T, f *leadFixture) {
 	f.refused(f.renew(a, a.ExpiresAt), ledger.OutcomeLeaseExpired, a)
 	f.refused(f.release(a, a.ExpiresAt.Add(time.Hour)), ledger.OutcomeLeaseExpired, a)
 	wrong := a
-	wrong.Token = ledger.NewToken()
+	wrong.Token = storekit.NewToken()
 	f.refused(f.renew(wrong, at(time.Second)), ledger.OutcomeLeaseLost, a)
 	// LeaseLost comes before LeaseExpired.
 	f.refused(f.renew(wrong, a.ExpiresAt), ledger.OutcomeLeaseLost, a)
@@ -223,7 +224,7 @@ func leadReleaseLetsAnotherTake(t *testing.T, f *leadFixture) {
 }
 
 func leadUnknownIsNotFound(t *testing.T, f *leadFixture) {
-	ghost := ledger.Lead{Name: "ghost", Token: ledger.NewToken(), Seq: 1}
+	ghost := ledger.Lead{Name: "ghost", Token: storekit.NewToken(), Seq: 1}
 	for _, res := range []ledger.LeadResult{f.renew(ghost, t0), f.release(ghost, t0)} {
 		require.Equal(t, ledger.OutcomeNotFound, res.Outcome)
 		require.Equal(t, ledger.Lead{}, res.Lead)

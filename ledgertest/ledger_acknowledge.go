@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testAcknowledge checks Ledger.Acknowledge and the precedence of its
@@ -58,7 +59,7 @@ func ackWrongTokenIsLeaseLost(t *testing.T, f *ledgerFixture) {
 	l := f.leaseOne("d-1", ownerA, t0)
 	held := f.get("d-1")
 	forged := l
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(held, ledger.OutcomeLeaseLost)(f.l.Acknowledge(f.ctx, forged, "", t0))
 	nextSeq := l
 	nextSeq.Seq++
@@ -148,7 +149,7 @@ func ackPrecedence(t *testing.T, f *ledgerFixture) {
 	le := f.leaseOne("d-ended", ownerA, t0)
 	f.applied(f.get("d-ended"), t0)(f.l.Abandon(f.ctx, "d-ended", ledger.Cause{Kind: ledger.CauseQueueBounded}, t0))
 	forged := le
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-ended"), ledger.OutcomeEnded)(f.l.Acknowledge(f.ctx, forged, "", le.ExpiresAt))
 
 	// Ended beats Repeated: acknowledged, processed, acknowledged again.
@@ -159,7 +160,7 @@ func ackPrecedence(t *testing.T, f *ledgerFixture) {
 	// LeaseLost beats Repeated: a forged token on an acknowledged record.
 	la := f.acknowledged("d-acked", "host-1", ownerA, t0)
 	forged = la
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-acked"), ledger.OutcomeLeaseLost)(f.l.Acknowledge(f.ctx, forged, "seen", t0))
 
 	// Repeated beats LeaseExpired: the same acknowledgement after the lease ran out.
@@ -170,7 +171,7 @@ func ackPrecedence(t *testing.T, f *ledgerFixture) {
 	f.enqueue(req("d-leased", "host-1"), t0)
 	ll := f.leaseOne("d-leased", ownerA, t0)
 	forged = ll
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-leased"), ledger.OutcomeLeaseLost)(f.l.Acknowledge(f.ctx, forged, "", ll.ExpiresAt))
 
 	// NotFound beats everything: an unknown ID with a lease that ran out.

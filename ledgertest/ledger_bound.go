@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // NewBoundedLedgerFunc returns a fresh, empty ledger whose targets' queues
@@ -230,7 +231,7 @@ func boundHistory(t *testing.T, f *ledgerFixture) {
 	now := at(time.Second)
 	f.boundEnqueue(req("d-2", "host-1"), now, "d-1")
 	f.requireHistory("d-1", created(t0),
-		step(ledger.OpAbandon, offered, expired, nobody, "queue_bounded: "+ledger.QueueBoundedCause(1).Detail, now))
+		step(ledger.OpAbandon, offered, expired, nobody, "queue_bounded: "+storekit.QueueBoundedCause(1).Detail, now))
 	f.requireHistory("d-2", created(now))
 }
 
@@ -348,7 +349,7 @@ func checkQueueBound(all []ledger.Delivery, target ledger.Target, bound int, aba
 		if d.Target != target {
 			continue
 		}
-		if d.Queued() {
+		if storekit.Delivery(d).Queued() {
 			queued++
 		}
 		if d.State.Terminal() {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testBounds checks the numeric bounds of the delivery ledger at the bound
@@ -107,7 +108,7 @@ func boundsLeaseSeq(t *testing.T, f *ledgerFixture) {
 // a lease of MaxLeaseDuration, an acknowledgement window and a backoff of
 // MaxPolicyDuration, all from a now of MaxTime. Both stores must keep them.
 func boundsTimesPastMaxTime(t *testing.T, f *ledgerFixture) {
-	now := ledger.MaxTime()
+	now := storekit.MaxTime()
 	p := ledger.Policy{MaxAttempts: 2, BackoffBase: ledger.MaxPolicyDuration, BackoffMax: ledger.MaxPolicyDuration, AckWindow: ledger.MaxPolicyDuration}
 	for _, id := range []ledger.DeliveryID{"d-1", "d-2"} {
 		r := req(id, "host-1")

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testMarkFailed checks Ledger.MarkFailed: retry after the policy's
@@ -92,7 +93,7 @@ func failedEarlierGrantIsLeaseLost(t *testing.T, f *ledgerFixture) {
 	f.leaseOne("d-1", ownerB, l1.ExpiresAt)
 	f.notApplied(f.get("d-1"), ledger.OutcomeLeaseLost)(f.l.MarkFailed(f.ctx, l1, ledger.FailureReason{}, l1.ExpiresAt))
 	forged := l1
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-1"), ledger.OutcomeLeaseLost)(f.l.MarkFailed(f.ctx, forged, ledger.FailureReason{}, l1.ExpiresAt))
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testEndFenceRejected checks ledger.FenceRejecter: a delivery whose
@@ -52,7 +53,7 @@ func fenceRejectedEndsWithItsOwnCause(t *testing.T, f *ledgerFixture) {
 	now := at(time.Second)
 	d := f.applied(f.get("d-2"), now)(r.EndFenceRejected(f.ctx, "d-2", ownerA, 5, now))
 	require.Equal(t, ledger.DeliveryStateExpired, d.State)
-	want := ledger.FenceRejectedCause("host-1", 5, 7)
+	want := storekit.FenceRejectedCause("host-1", 5, 7)
 	require.Equal(t, &want, d.Cause)
 	require.Contains(t, want.Detail, "5")
 	require.Contains(t, want.Detail, "7")

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testMetadata checks the metadata of deliveries (ledger.Metadata): it is
@@ -78,7 +79,7 @@ func metadataRoundTrips(t *testing.T, f *ledgerFixture) {
 
 func metadataAtTheLimits(t *testing.T, f *ledgerFixture) {
 	md := largestMetadata()
-	require.NoError(t, ledger.ValidateMetadata("metadata", md), "the fixture sits at the limits, not past them")
+	require.NoError(t, storekit.ValidateMetadata("metadata", md), "the fixture sits at the limits, not past them")
 	r := req("d-1", "host-1")
 	r.Metadata = md
 	d := f.enqueue(r, t0)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testPurgeDeliveries checks Purger.PurgeDeliveries: retention deletes
@@ -83,7 +84,7 @@ func purgeDeletesOnlyEndedBeforeTheCutoff(t *testing.T, f *ledgerFixture) {
 
 	// A cutoff past everything takes every terminal delivery, and still
 	// no open one, whatever its age.
-	require.Equal(t, 2, f.purge(ledger.MaxTime(), ledger.MaxLimit))
+	require.Equal(t, 2, f.purge(storekit.MaxTime(), ledger.MaxLimit))
 	f.requireAbsent("at-cutoff")
 	f.requireAbsent("after-cutoff")
 	for _, d := range open {
@@ -135,7 +136,7 @@ func purgeInvalidIsRejected(t *testing.T, f *ledgerFixture) {
 		limit     int
 	}{
 		{"ZeroTime", time.Time{}, 10},
-		{"TimeBeyondMax", ledger.MaxTime().Add(time.Hour), 10},
+		{"TimeBeyondMax", storekit.MaxTime().Add(time.Hour), 10},
 		{"ZeroLimit", cutoff, 0},
 		{"NegativeLimit", cutoff, -1},
 		{"LimitAboveMax", cutoff, ledger.MaxLimit + 1},

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testRedrive checks ledger.Redriver: what ended badly is sent again as a
@@ -116,7 +117,7 @@ func redriveFailedBecomesNewOffered(t *testing.T, f *ledgerFixture) {
 	failed := f.applied(f.get("d-1"), at(2*time.Second))(f.l.MarkFailed(f.ctx, l, ledger.FailureReason{Message: "gone", Permanent: true}, at(2*time.Second)))
 	now := at(time.Hour)
 	res := f.redrive(ledger.RedriveRequest{ID: "d-1"}, now)
-	f.requireRedriven(failed, res, ledger.RedriveID("d-1"), now)
+	f.requireRedriven(failed, res, storekit.RedriveID("d-1"), now)
 	require.Equal(t, ledger.DeliveryID("d-1/redrive"), res.Redriven.ID, "the derived ID shows where it came from")
 	require.Equal(t, ledger.DeliveryStateFailed, res.Original.State)
 	require.Equal(t, failed.LastFailure, res.Original.LastFailure)
@@ -134,7 +135,7 @@ func redriveExpiredOfAnyCause(t *testing.T, f *ledgerFixture) {
 	for _, id := range []ledger.DeliveryID{"bounded", "ceremony", "lapsed"} {
 		before := f.requireState(id, ledger.DeliveryStateExpired)
 		now := at(2 * time.Hour)
-		f.requireRedriven(before, f.redrive(ledger.RedriveRequest{ID: id}, now), ledger.RedriveID(id), now)
+		f.requireRedriven(before, f.redrive(ledger.RedriveRequest{ID: id}, now), storekit.RedriveID(id), now)
 	}
 }
 
@@ -146,7 +147,7 @@ func redriveOpenIsWrongState(t *testing.T, f *ledgerFixture) {
 	for _, id := range []ledger.DeliveryID{"offered", "leased", "acked"} {
 		before := f.get(id)
 		f.requireRedriveNotApplied(before, f.redrive(ledger.RedriveRequest{ID: id}, at(time.Second)), ledger.OutcomeWrongState)
-		f.requireAbsent(ledger.RedriveID(id))
+		f.requireAbsent(storekit.RedriveID(id))
 		f.requireRedriveNotApplied(before, f.redrive(ledger.RedriveRequest{ID: id, NewID: "chosen"}, at(time.Second)), ledger.OutcomeWrongState)
 		f.requireAbsent("chosen")
 	}
@@ -156,7 +157,7 @@ func redriveProcessedIsWrongState(t *testing.T, f *ledgerFixture) {
 	f.acknowledged("d-1", "host-1", ownerA, t0)
 	before := f.process("d-1", ownerA, nil, t0)
 	f.requireRedriveNotApplied(before, f.redrive(ledger.RedriveRequest{ID: "d-1"}, at(time.Second)), ledger.OutcomeWrongState)
-	f.requireAbsent(ledger.RedriveID("d-1"))
+	f.requireAbsent(storekit.RedriveID("d-1"))
 }
 
 func redriveTwiceIsRepeated(t *testing.T, f *ledgerFixture) {
@@ -172,7 +173,7 @@ func redriveTwiceIsRepeated(t *testing.T, f *ledgerFixture) {
 		require.Equal(t, redriven, again.Redriven, "a repeat answers the delivery the first redrive made")
 		f.requireUnchanged(redriven)
 	}
-	f.requireAbsent(ledger.RedriveID(first.Redriven.ID))
+	f.requireAbsent(storekit.RedriveID(first.Redriven.ID))
 }
 
 func redriveAnotherNewIDIsConflict(t *testing.T, f *ledgerFixture) {
@@ -190,7 +191,7 @@ func redriveCallerChoosesTheNewID(t *testing.T, f *ledgerFixture) {
 	failed := f.failedAt("d-1", "host-1", t0)
 	now := at(time.Minute)
 	f.requireRedriven(failed, f.redrive(ledger.RedriveRequest{ID: "d-1", NewID: "d-1-retry"}, now), "d-1-retry", now)
-	f.requireAbsent(ledger.RedriveID("d-1"))
+	f.requireAbsent(storekit.RedriveID("d-1"))
 }
 
 func redriveTakenNewIDIsConflict(t *testing.T, f *ledgerFixture) {
@@ -217,14 +218,14 @@ func redriveTakenNewIDDerivedFree(t *testing.T, f *ledgerFixture) {
 	f.requireRedriveNotApplied(failed, res, ledger.OutcomeConflict)
 	require.Equal(t, ledger.Delivery{}, res.Redriven)
 	f.requireUnchanged(chosen)
-	f.requireAbsent(ledger.RedriveID("d-1"))
+	f.requireAbsent(storekit.RedriveID("d-1"))
 }
 
 func redriveUnknownIsNotFound(t *testing.T, f *ledgerFixture) {
 	res := f.redrive(ledger.RedriveRequest{ID: "d-unknown"}, t0)
 	require.Equal(t, ledger.OutcomeNotFound, res.Outcome)
 	require.Equal(t, ledger.RedriveResult{Outcome: ledger.OutcomeNotFound}, res)
-	f.requireAbsent(ledger.RedriveID("d-unknown"))
+	f.requireAbsent(storekit.RedriveID("d-unknown"))
 }
 
 func redriveHistoryNamesTheOther(t *testing.T, f *ledgerFixture) {
@@ -261,8 +262,8 @@ func redriveLongIDGetsAValidDerivedID(t *testing.T, f *ledgerFixture) {
 		ledger.DeliveryID("a" + strings.Repeat("é", ledger.MaxNameBytes/2)), // a 2-byte character across the cut
 	} {
 		failed := f.failedAt(id, "host-1", t0)
-		newID := ledger.RedriveID(id)
-		require.NoError(t, ledger.ValidateName("new id", string(newID)))
+		newID := storekit.RedriveID(id)
+		require.NoError(t, storekit.ValidateName("new id", string(newID)))
 		require.NotEqual(t, id, newID)
 		f.requireRedriven(failed, f.redrive(ledger.RedriveRequest{ID: id}, at(time.Second)), newID, at(time.Second))
 	}
@@ -355,7 +356,7 @@ func redriveMatchingFilters(t *testing.T, f *ledgerFixture) {
 	q := ledger.RedriveQuery{States: []ledger.DeliveryState{ledger.DeliveryStateFailed}, Targets: []ledger.Target{"host-1"}, EndedBefore: at(30 * time.Minute), Limit: 10}
 	res := f.redriveAll(q, now)
 	require.Equal(t, []ledger.DeliveryID{"fail-1-early"}, redrivenIDs(res))
-	f.requireRedriven(early, res[0], ledger.RedriveID("fail-1-early"), now)
+	f.requireRedriven(early, res[0], storekit.RedriveID("fail-1-early"), now)
 	for _, d := range untouched {
 		f.requireUnchanged(d)
 	}
@@ -393,7 +394,7 @@ func redriveMatchingOldestFirstAndBounded(t *testing.T, f *ledgerFixture) {
 func (f *ledgerFixture) requireNotRedriven(id ledger.DeliveryID) {
 	f.t.Helper()
 	require.Empty(f.t, f.get(id).RedrivenTo, "%s must not be redriven", id)
-	f.requireAbsent(ledger.RedriveID(id))
+	f.requireAbsent(storekit.RedriveID(id))
 }
 
 func redriveMatchingSkipsRedriven(t *testing.T, f *ledgerFixture) {
@@ -432,7 +433,7 @@ func redriveMatchingInvalidIsRejected(t *testing.T, f *ledgerFixture) {
 		"limit too high":  {Limit: ledger.MaxLimit + 1},
 		"bad target":      {Targets: []ledger.Target{""}, Limit: 1},
 		"bad cursor":      {Limit: 1, Cursor: "not-a-cursor"},
-		"list cursor":     {Limit: 1, Cursor: ledger.EncodeCursor("d-1")},
+		"list cursor":     {Limit: 1, Cursor: storekit.EncodeCursor("d-1")},
 		"ended too early": {Limit: 1, EndedBefore: time.Unix(-1, 0)},
 	} {
 		_, err := r.RedriveMatching(f.ctx, q, t0)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testRelease checks Ledger.Release: the attempt is given back and the
@@ -70,7 +71,7 @@ func releaseEarlierGrantIsLeaseLost(t *testing.T, f *ledgerFixture) {
 	// Once leased again, even the repeat of the release is stale.
 	f.notApplied(held, ledger.OutcomeLeaseLost)(f.l.Release(f.ctx, l1, t0))
 	forged := *held.Lease
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(held, ledger.OutcomeLeaseLost)(f.l.Release(f.ctx, forged, t0))
 }
 
@@ -85,7 +86,7 @@ func releaseTerminalIsEnded(t *testing.T, f *ledgerFixture) {
 	f.applied(f.get("d-1"), t0)(f.l.Abandon(f.ctx, "d-1", ledger.Cause{Kind: ledger.CauseQueueBounded}, t0))
 	f.notApplied(f.get("d-1"), ledger.OutcomeEnded)(f.l.Release(f.ctx, l, at(time.Second)))
 	forged := l
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-1"), ledger.OutcomeEnded)(f.l.Release(f.ctx, forged, at(time.Second)))
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testRenewLease checks Renewer.RenewLease, the lease heartbeat: it moves
@@ -204,7 +205,7 @@ func renewStaleLeaseIsLeaseLost(t *testing.T, f *ledgerFixture) {
 	f.notApplied(held, ledger.OutcomeLeaseLost)(f.renew(l1, now, leaseFor))
 
 	forged := l2
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(held, ledger.OutcomeLeaseLost)(f.renew(forged, now, leaseFor))
 	nextSeq := l2
 	nextSeq.Seq++
@@ -285,13 +286,13 @@ func renewPrecedence(t *testing.T, f *ledgerFixture) {
 	le := f.leaseOne("d-ended", ownerA, t0)
 	f.applied(f.get("d-ended"), t0)(f.l.Abandon(f.ctx, "d-ended", ledger.Cause{Kind: ledger.CauseQueueBounded}, t0))
 	forged := le
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-ended"), ledger.OutcomeEnded)(f.renew(forged, le.ExpiresAt, leaseFor))
 
 	// LeaseLost beats WrongState: a forged token on an acknowledged record.
 	la := f.acknowledged("d-acked", "host-1", ownerA, t0)
 	forged = la
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-acked"), ledger.OutcomeLeaseLost)(f.renew(forged, at(time.Second), leaseFor))
 
 	// LeaseLost beats LeaseExpired: a forged token on a lease that ran out
@@ -299,7 +300,7 @@ func renewPrecedence(t *testing.T, f *ledgerFixture) {
 	f.enqueue(req("d-leased", "host-1"), t0)
 	ll := f.leaseOne("d-leased", ownerA, t0)
 	forged = ll
-	forged.Token = ledger.NewToken()
+	forged.Token = storekit.NewToken()
 	f.notApplied(f.get("d-leased"), ledger.OutcomeLeaseLost)(f.renew(forged, ll.ExpiresAt, leaseFor))
 
 	// NotFound beats everything: an unknown ID with a lease that ran out.

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testStats checks ledger.StatsReporter: the counts by state and cause,
 // the queue depth and the lag of the oldest offerable delivery, overall and
 // per target, ceremony or both, and the queue broken down by target
 // (ByTarget: only targets with an offerable delivery). Every answer must equal what
-// ledger.DeliveryStats.Count gives over every matching record read back
+// storekit.CountDelivery gives over every matching record read back
 // with List, and Depth must be what Lease would hand out. A ledger that
 // does not implement StatsReporter skips the group: stats are optional.
 func testStats(t *testing.T, newLedger NewLedgerFunc) {
@@ -60,13 +61,13 @@ func (f *ledgerFixture) stats(filter ledger.StatsFilter, now time.Time) ledger.D
 // as List returns it: what Stats must answer.
 func (f *ledgerFixture) scanStats(filter ledger.StatsFilter, now time.Time) ledger.DeliveryStats {
 	f.t.Helper()
-	want := ledger.NewDeliveryStats()
+	want := storekit.NewDeliveryStats()
 	for _, d := range f.all() {
 		if (filter.Target == "" || d.Target == filter.Target) && (filter.Ceremony == "" || d.Ceremony == filter.Ceremony) {
-			want.Count(&d, now)
+			storekit.CountDelivery(&want, &d, now)
 		}
 	}
-	want.Finish(now)
+	storekit.FinishDeliveryStats(&want, now)
 	return want
 }
 
@@ -114,7 +115,7 @@ func (f *ledgerFixture) requireDepth(filter ledger.StatsFilter, now time.Time, d
 func statsEmptyLedger(t *testing.T, f *ledgerFixture) {
 	for _, filter := range statsFilters([]ledger.Target{"host-1"}, []ledger.CeremonyID{"cer-1"}) {
 		st := f.stats(filter, t0)
-		require.Equal(t, ledger.NewDeliveryStats(), st, "every state present and zero, nothing else")
+		require.Equal(t, storekit.NewDeliveryStats(), st, "every state present and zero, nothing else")
 	}
 }
 
@@ -344,7 +345,7 @@ func statsInvalidIsRejected(t *testing.T, f *ledgerFixture) {
 		_, err := r.Stats(f.ctx, filter, t0)
 		requireInvalid(t, err)
 	}
-	for _, now := range []time.Time{{}, ledger.MaxTime().Add(time.Second), ledger.MinTime().Add(-time.Second)} {
+	for _, now := range []time.Time{{}, storekit.MaxTime().Add(time.Second), storekit.MinTime().Add(-time.Second)} {
 		_, err := r.Stats(f.ctx, ledger.StatsFilter{}, now)
 		requireInvalid(t, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // testValidation checks that every method rejects malformed input with an
@@ -100,7 +101,7 @@ func badTexts() map[string]string {
 // badNows returns malformed now values by kind.
 func badNows() map[string]time.Time {
 	return map[string]time.Time{
-		"zero": {}, "before MinTime": ledger.MinTime().Add(-time.Microsecond), "after MaxTime": ledger.MaxTime().Add(time.Microsecond),
+		"zero": {}, "before MinTime": storekit.MinTime().Add(-time.Microsecond), "after MaxTime": storekit.MaxTime().Add(time.Microsecond),
 		"year 1": time.Date(1, time.January, 1, 0, 0, 0, 1000, time.UTC),
 	}
 }
@@ -216,8 +217,8 @@ func enqueueInvalidCases() []invalidCase {
 		withReq("policy/ack window over limit", func(r *ledger.EnqueueRequest) {
 			r.Policy.AckWindow = ledger.MaxPolicyDuration + time.Microsecond
 		}),
-		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime().Add(time.Hour) }),
-		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = ledger.MaxTime().Add(time.Hour) }),
+		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = storekit.MaxTime().Add(time.Hour) }),
+		withReq("available at/after MaxTime", func(r *ledger.EnqueueRequest) { r.AvailableAt = storekit.MaxTime().Add(time.Hour) }),
 		// An existing ID does not skip validation.
 		withReq("existing id with oversize payload", func(r *ledger.EnqueueRequest) {
 			r.ID = "v-offered"
@@ -235,7 +236,7 @@ func enqueueInvalidCases() []invalidCase {
 }
 
 // badMetadata returns malformed metadata by name: every bound and every
-// rule of ledger.ValidateMetadata broken once.
+// rule of storekit.ValidateMetadata broken once.
 func badMetadata() map[string]ledger.Metadata {
 	tooMany := ledger.Metadata{}
 	for i := range ledger.MaxMetadataEntries + 1 {

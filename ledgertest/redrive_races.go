@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // redriveRacers is how many callers redrive one record at once in the
@@ -45,12 +46,12 @@ func redriveConcurrentMakesOneRecord(t *testing.T, f *ledgerFixture) {
 	wg.Wait()
 	require.Empty(t, problems)
 	require.Equal(t, map[ledger.Outcome]int{ledger.OutcomeApplied: 1, ledger.OutcomeRepeated: redriveRacers - 1}, outcomes)
-	require.Equal(t, map[ledger.DeliveryID]int{ledger.RedriveID("d-1"): redriveRacers}, made, "every answer names the one new delivery")
+	require.Equal(t, map[ledger.DeliveryID]int{storekit.RedriveID("d-1"): redriveRacers}, made, "every answer names the one new delivery")
 	require.Len(t, f.all(), 2, "one new delivery beside the original")
 	original := f.get("d-1")
 	require.Equal(t, ledger.DeliveryStateFailed, original.State, "the original keeps its end")
-	require.Equal(t, ledger.RedriveID("d-1"), original.RedrivenTo)
-	require.Equal(t, ledger.DeliveryStateOffered, f.get(ledger.RedriveID("d-1")).State)
+	require.Equal(t, storekit.RedriveID("d-1"), original.RedrivenTo)
+	require.Equal(t, ledger.DeliveryStateOffered, f.get(storekit.RedriveID("d-1")).State)
 }
 
 // claimRedriveConcurrentMakesOneEntry is redriveConcurrentMakesOneRecord
@@ -81,7 +82,7 @@ func claimRedriveConcurrentMakesOneEntry(t *testing.T, s ledger.ClaimStore) {
 	wg.Wait()
 	require.Empty(t, problems)
 	require.Equal(t, map[ledger.Outcome]int{ledger.OutcomeApplied: 1, ledger.OutcomeRepeated: redriveRacers - 1}, outcomes)
-	newID := ledger.OutboxEntryIDFor(ledger.RedriveKey("k-1"))
+	newID := ledger.OutboxEntryIDFor(storekit.RedriveKey("k-1"))
 	require.Equal(t, map[ledger.OutboxEntryID]int{newID: redriveRacers}, made, "every answer names the one new entry")
 	original := claimFind(t, s, dead.ID)
 	require.Equal(t, ledger.OutboxStatusDeadLettered, original.Status, "the original keeps its end")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/memstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds deliberately broken stores: memstore with one guarantee
@@ -313,7 +314,7 @@ func (l doubleLeadLedger) TakeLead(ctx context.Context, name, holder string, now
 	}
 	now = ledger.Normalize(now)
 	return ledger.LeadResult{Outcome: ledger.OutcomeApplied, Lead: ledger.Lead{
-		Name: name, Holder: holder, Token: ledger.NewToken(), Seq: res.Lead.Seq + 1, TakenAt: now, ExpiresAt: now.Add(ttl),
+		Name: name, Holder: holder, Token: storekit.NewToken(), Seq: res.Lead.Seq + 1, TakenAt: now, ExpiresAt: now.Add(ttl),
 	}}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file keeps bounded targets' queues within their bounds (see
@@ -39,7 +40,7 @@ func WithTargetQueueBound(t ledger.Target, n int) Option {
 }
 
 // boundQueue abandons the oldest Offered deliveries of target as far as
-// its bound asks (ledger.QueueOverflow), oldest first, and returns their
+// its bound asks (storekit.QueueOverflow), oldest first, and returns their
 // IDs in that order; nil when target is unbounded or within its bound.
 // The caller holds s.mu.
 func (s *Store) boundQueue(target ledger.Target, now time.Time) []ledger.DeliveryID {
@@ -48,7 +49,7 @@ func (s *Store) boundQueue(target ledger.Target, now time.Time) []ledger.Deliver
 	if bound == 0 || t == nil {
 		return nil
 	}
-	over := ledger.QueueOverflow(t.Len(), bound)
+	over := storekit.QueueOverflow(t.Len(), bound)
 	if over == 0 {
 		return nil
 	}
@@ -61,7 +62,7 @@ func (s *Store) boundQueue(target ledger.Target, now time.Time) []ledger.Deliver
 	}
 	ids := make([]ledger.DeliveryID, 0, len(victims))
 	for _, slot := range victims {
-		if d, o := s.recs[slot].BoundQueue(bound, now); o == ledger.OutcomeApplied {
+		if d, o := storekit.Delivery(*(s.recs[slot])).BoundQueue(bound, now); o == ledger.OutcomeApplied {
 			s.replace(slot, &d, ledger.OpAbandon, ledger.Owner{})
 			ids = append(ids, d.ID)
 		}

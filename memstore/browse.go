@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores offer the operators' reads.
@@ -24,7 +25,7 @@ var (
 // ListEntries returns one page of outbox entries matching q, in ID order
 // (see ledger.OutboxLister). Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (ledger.OutboxPage, error) {
-	after, err := ledger.ValidateOutboxList(q)
+	after, err := storekit.ValidateOutboxList(q)
 	if err := begin(ctx, err); err != nil {
 		return ledger.OutboxPage{}, err
 	}
@@ -42,7 +43,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	}
 	o.mu.Unlock()
 	if len(found) > q.Limit {
-		page.Next = ledger.EncodeOutboxCursor(page.Entries[q.Limit-1].ID)
+		page.Next = storekit.EncodeOutboxCursor(page.Entries[q.Limit-1].ID)
 	}
 	return page, nil
 }
@@ -50,7 +51,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 // ListEnded returns the deliveries that ended in [q.Since, q.Until),
 // latest first (see ledger.EndedLister). Errors: ErrInvalid, ctx.Err().
 func (s *Store) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.DeliveryEnd, error) {
-	if err := begin(ctx, ledger.ValidateEnded(q)); err != nil {
+	if err := begin(ctx, storekit.ValidateEnded(q)); err != nil {
 		return nil, err
 	}
 	ends := []ledger.DeliveryEnd{}
@@ -62,7 +63,7 @@ func (s *Store) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.De
 	}
 	s.mu.Unlock()
 	slices.SortFunc(ends, func(a, b ledger.DeliveryEnd) int {
-		return ledger.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
+		return storekit.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
 	})
 	return ends[:min(len(ends), q.Limit)], nil
 }
@@ -71,7 +72,7 @@ func (s *Store) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.De
 // q.Until), latest first (see ledger.OutboxEndedLister). Errors:
 // ErrInvalid, ctx.Err().
 func (o *Outbox) ListEndedEntries(ctx context.Context, q ledger.EndedQuery) ([]ledger.EntryEnd, error) {
-	if err := begin(ctx, ledger.ValidateEnded(q)); err != nil {
+	if err := begin(ctx, storekit.ValidateEnded(q)); err != nil {
 		return nil, err
 	}
 	ends := []ledger.EntryEnd{}
@@ -83,7 +84,7 @@ func (o *Outbox) ListEndedEntries(ctx context.Context, q ledger.EndedQuery) ([]l
 	}
 	o.mu.Unlock()
 	slices.SortFunc(ends, func(a, b ledger.EntryEnd) int {
-		return ledger.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
+		return storekit.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
 	})
 	return ends[:min(len(ends), q.Limit)], nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that Outbox implements the outbox contracts.
@@ -84,10 +85,10 @@ func newOutbox(cfg config, leads *leadTable) *Outbox {
 // the same key OutcomeConflict, both with the stored entry and nothing
 // written. Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateEnvelope(env, o.cfg.maxPayload)); err != nil {
+	if err := begin(ctx, storekit.ValidateEnvelope(env, o.cfg.maxPayload)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
-	e := ledger.NewOutboxEntry(env, o.cfg.clock())
+	e := storekit.NewOutboxEntry(env, o.cfg.clock())
 	o.mu.Lock()
 	r := o.enqueueLocked(env, e)
 	o.mu.Unlock()
@@ -102,13 +103,13 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 // for errors: one invalid envelope (or a batch of 0 or more than
 // ledger.MaxLimit) fails the call with ErrInvalid and nothing is written.
 func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateEnvelopeBatch(envs, o.cfg.maxPayload)); err != nil {
+	if err := begin(ctx, storekit.ValidateEnvelopeBatch(envs, o.cfg.maxPayload)); err != nil {
 		return nil, err
 	}
 	now := o.cfg.clock()
 	built := make([]ledger.OutboxEntry, len(envs))
 	for i, env := range envs {
-		built[i] = ledger.NewOutboxEntry(env, now)
+		built[i] = storekit.NewOutboxEntry(env, now)
 	}
 	out := make([]ledger.OutboxResult, len(envs))
 	o.mu.Lock()
@@ -124,7 +125,7 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 
 func (o *Outbox) enqueueLocked(env ledger.Envelope, e ledger.OutboxEntry) ledger.OutboxResult {
 	if p, ok := o.entries[e.ID]; ok {
-		return ledger.OutboxResult{Outcome: p.EnqueueAgain(env), Entry: p.OutboxEntry}
+		return ledger.OutboxResult{Outcome: storekit.OutboxEntry(p.OutboxEntry).EnqueueAgain(env), Entry: p.OutboxEntry}
 	}
 	o.insert(e)
 	return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e}
@@ -141,22 +142,22 @@ func (o *Outbox) insert(e ledger.OutboxEntry) {
 }
 
 // Save writes entry's mutable fields when entry.Version matches the stored
-// Version (ledger.OutboxEntry.Save) and returns the stored entry. Errors:
+// Version (storekit.OutboxEntry.Save) and returns the stored entry. Errors:
 // ErrConflict for a stale Version or an entry that already ended,
 // ErrNotFound for an unknown ID, ErrInvalid, ctx.Err().
 func (o *Outbox) Save(ctx context.Context, entry ledger.OutboxEntry) (ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateSave(entry)); err != nil {
+	if err := begin(ctx, storekit.ValidateSave(entry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.write(entry.ID, ledger.OpSave, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.Save(entry, now)
+		return storekit.OutboxEntry(e).Save(entry, now)
 	})
 }
 
 // FindByID returns a deep copy of one entry in any status. Errors:
 // ErrNotFound, ErrInvalid, ctx.Err().
 func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := begin(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	o.mu.Lock()
@@ -176,7 +177,7 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 // first: CreatedAt, then enqueue order (entries created at the same instant
 // come in the order they were enqueued). Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateFindPending(limit)); err != nil {
+	if err := begin(ctx, storekit.ValidateFindPending(limit)); err != nil {
 		return nil, err
 	}
 	var out []ledger.OutboxEntry
@@ -191,9 +192,9 @@ func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEnt
 
 // FindRetryReady returns up to limit RetryScheduled or Deferred entries
 // whose NextAttemptAt is at or before now, claimed or not, earliest first
-// (ledger.OutboxEntry.RetryBefore). Errors: ErrInvalid, ctx.Err().
+// (storekit.RetryBefore). Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) ([]ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateFindRetryReady(now, limit)); err != nil {
+	if err := begin(ctx, storekit.ValidateFindRetryReady(now, limit)); err != nil {
 		return nil, err
 	}
 	now = ledger.Normalize(now)
@@ -202,7 +203,7 @@ func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) (
 	o.mu.Lock()
 	c := o.scheduled.first()
 	for k, ok := c.next(); ok && k.at <= end && len(out) < limit; k, ok = c.next() {
-		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryReady(now) {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; storekit.OutboxEntry(p.OutboxEntry).RetryReady(now) {
 			out = append(out, p.OutboxEntry)
 		}
 	}
@@ -211,15 +212,15 @@ func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) (
 }
 
 // MarkDelivered ends the entry as Delivered, ignoring any claim
-// (ledger.OutboxEntry.MarkDelivered). An entry already Delivered comes back
+// (storekit.OutboxEntry.MarkDelivered). An entry already Delivered comes back
 // unchanged. Errors: ErrConflict when it ended otherwise, ErrNotFound,
 // ErrInvalid, ctx.Err().
 func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, result ledger.EmissionResult) (ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateMarkDelivered(id, result)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkDelivered(id, result)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.write(id, ledger.OpMarkDelivered, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.MarkDelivered(result, now)
+		return storekit.OutboxEntry(e).MarkDelivered(result, now)
 	})
 }
 
@@ -227,22 +228,22 @@ func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, res
 // time means due now), or Failed for good when nextRetry is nil. Errors as
 // MarkDelivered; ErrInvalid for a zero nextRetry.
 func (o *Outbox) MarkFailed(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.write(id, ledger.OpMarkFailed, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.MarkFailed(emissionErr, nextRetry, now)
+		return storekit.OutboxEntry(e).MarkFailed(emissionErr, nextRetry, now)
 	})
 }
 
 // MarkDeadLettered ends the entry as DeadLettered with reason. Errors as
 // MarkDelivered.
 func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, reason string) (ledger.OutboxEntry, error) {
-	if err := begin(ctx, ledger.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.write(id, ledger.OpMarkDeadLettered, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.MarkDeadLettered(emissionErr, reason, now)
+		return storekit.OutboxEntry(e).MarkDeadLettered(emissionErr, reason, now)
 	})
 }
 
@@ -280,7 +281,7 @@ func (o *Outbox) write(id ledger.OutboxEntryID, op ledger.Operation, step func(l
 // at no cost, which matters most after a worker holding many claims dies.
 // Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
-	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+	if err := begin(ctx, storekit.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
 	now := ledger.Normalize(req.Now)
@@ -294,7 +295,7 @@ func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]l
 // Deferred entries whose NextAttemptAt has come, earliest first (then ID).
 // Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
-	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+	if err := begin(ctx, storekit.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
 	now := ledger.Normalize(req.Now)
@@ -307,7 +308,7 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 // ClaimDue claims what ClaimRetryReady and then ClaimPending would (see
 // ledger.DueClaimer), under one lock. Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
-	if err := begin(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+	if err := begin(ctx, storekit.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
 	now := ledger.Normalize(req.Now)
@@ -325,7 +326,7 @@ func (o *Outbox) pickPending(now time.Time, limit int) []*entry {
 	var picks []*entry
 	c := o.pending.first()
 	for k, ok := c.next(); ok && len(picks) < limit; k, ok = c.next() {
-		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.PendingClaimable(now) {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; storekit.OutboxEntry(p.OutboxEntry).PendingClaimable(now) {
 			picks = append(picks, p)
 		}
 	}
@@ -339,7 +340,7 @@ func (o *Outbox) pickRetryReady(now time.Time, limit int) []*entry {
 	end := now.UnixMicro()
 	c := o.scheduled.first()
 	for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
-		if p := o.entries[ledger.OutboxEntryID(k.id)]; p.RetryClaimable(now) {
+		if p := o.entries[ledger.OutboxEntryID(k.id)]; storekit.OutboxEntry(p.OutboxEntry).RetryClaimable(now) {
 			picks = append(picks, p)
 		}
 	}
@@ -350,7 +351,7 @@ func (o *Outbox) pickRetryReady(now time.Time, limit int) []*entry {
 // after another (see ledger.ClaimCompleter). Errors: ErrInvalid, before
 // anything is written; ctx.Err().
 func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion) ([]ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateClaimCompletions(cs)); err != nil {
+	if err := begin(ctx, storekit.ValidateClaimCompletions(cs)); err != nil {
 		return nil, err
 	}
 	out := make([]ledger.OutboxResult, len(cs))
@@ -382,7 +383,7 @@ func (o *Outbox) grant(picks []*entry, req ledger.ClaimRequest, now time.Time) [
 	}
 	out := make([]ledger.ClaimedEntry, 0, len(picks))
 	for _, p := range picks {
-		e, c := p.Grant(req.Worker, ledger.NewToken(), now, req.LeaseDuration)
+		e, c := storekit.OutboxEntry(p.OutboxEntry).Grant(req.Worker, storekit.NewToken(), now, req.LeaseDuration)
 		o.replace(p, e, change{op: ledger.OpClaim, worker: req.Worker})
 		out = append(out, ledger.ClaimedEntry{Claim: c, Entry: e})
 	}
@@ -393,11 +394,11 @@ func (o *Outbox) grant(picks []*entry, req ledger.ClaimRequest, now time.Time) [
 // match wins: NotFound, Ended, LeaseLost, Repeated, Applied. Errors:
 // ErrInvalid, ctx.Err().
 func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, result ledger.EmissionResult) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateMarkClaimDelivered(claim, result)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkClaimDelivered(claim, result)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return o.complete(claim.EntryID, change{op: ledger.OpMarkDelivered}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.MarkClaimDelivered(claim, result, now)
+		return storekit.OutboxEntry(e).MarkClaimDelivered(claim, result, now)
 	}), nil
 }
 
@@ -406,22 +407,22 @@ func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, res
 // MarkClaimDelivered. Errors: ErrInvalid (also for a zero nextRetry),
 // ctx.Err().
 func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkClaimFailed(claim, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return o.complete(claim.EntryID, change{op: ledger.OpMarkFailed}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.MarkClaimFailed(claim, emissionErr, nextRetry, now)
+		return storekit.OutboxEntry(e).MarkClaimFailed(claim, emissionErr, nextRetry, now)
 	}), nil
 }
 
 // MarkClaimDeadLettered ends the claimed entry as DeadLettered with reason.
 // Outcomes as MarkClaimDelivered. Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkClaimDeadLettered(claim, emissionErr, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return o.complete(claim.EntryID, change{op: ledger.OpMarkDeadLettered}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.MarkClaimDeadLettered(claim, emissionErr, reason, now)
+		return storekit.OutboxEntry(e).MarkClaimDeadLettered(claim, emissionErr, reason, now)
 	}), nil
 }
 
@@ -430,11 +431,11 @@ func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, 
 // does not keep it, its history entry does. Outcomes as MarkClaimDelivered.
 // Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateReleaseClaim(claim, reason)); err != nil {
+	if err := begin(ctx, storekit.ValidateReleaseClaim(claim, reason)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return o.complete(claim.EntryID, change{op: ledger.OpReleaseClaim, reason: reason}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.ReleaseClaim(claim, now)
+		return storekit.OutboxEntry(e).ReleaseClaim(claim, now)
 	}), nil
 }
 
@@ -444,11 +445,11 @@ func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason st
 // Errors: ErrInvalid (also when entry.ID is not claim.EntryID, since the
 // call would otherwise write one entry's fields onto another), ctx.Err().
 func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger.OutboxEntry) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateSaveClaim(claim, entry)); err != nil {
+	if err := begin(ctx, storekit.ValidateSaveClaim(claim, entry)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return o.complete(claim.EntryID, change{op: ledger.OpSaveClaim}, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-		return e.SaveClaim(claim, entry, now)
+		return storekit.OutboxEntry(e).SaveClaim(claim, entry, now)
 	}), nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -227,12 +228,12 @@ func TestOutboxIndexesFollowRandomOps(t *testing.T) {
 					retry := rng.IntN(2) == 0
 					var want []ledger.OutboxEntry
 					for _, e := range all() {
-						if (!retry && e.PendingClaimable(now)) || (retry && e.RetryClaimable(now)) {
+						if (!retry && storekit.OutboxEntry(e).PendingClaimable(now)) || (retry && storekit.OutboxEntry(e).RetryClaimable(now)) {
 							want = append(want, e)
 						}
 					}
 					slices.SortFunc(want, func(a, b ledger.OutboxEntry) int {
-						if (!retry && a.PendingBefore(b)) || (retry && a.RetryBefore(b)) {
+						if (!retry && storekit.PendingBefore(a, b)) || (retry && storekit.RetryBefore(a, b)) {
 							return -1
 						}
 						return 1

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds the ledger.Ledger methods. Each one validates, takes the
@@ -27,12 +28,12 @@ import (
 // with the existing record and nothing written. Errors: ErrInvalid for a
 // malformed request, ctx.Err() for a done context.
 func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
+	if err := begin(ctx, storekit.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	// Build the record (and its payload copy) before taking the lock.
 	now = ledger.Normalize(now)
-	d := ledger.NewDelivery(req, s.cfg.policy, now)
+	d := storekit.NewDelivery(req, s.cfg.policy, now)
 	s.mu.Lock()
 	r := s.enqueueLocked(req, &d)
 	if r.Outcome == ledger.OutcomeApplied && s.cfg.bounds.Any() {
@@ -55,13 +56,13 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 // invalid request (or a batch of 0 or more than ledger.MaxLimit) fails the
 // call with ErrInvalid and nothing is written.
 func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
+	if err := begin(ctx, storekit.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
 		return nil, err
 	}
 	now = ledger.Normalize(now)
 	built := make([]ledger.Delivery, len(reqs))
 	for i, req := range reqs {
-		built[i] = ledger.NewDelivery(req, s.cfg.policy, now)
+		built[i] = storekit.NewDelivery(req, s.cfg.policy, now)
 	}
 	out := make([]ledger.DeliveryResult, len(reqs))
 	s.mu.Lock()
@@ -95,7 +96,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 func (s *Store) enqueueLocked(req ledger.EnqueueRequest, d *ledger.Delivery) ledger.DeliveryResult {
 	if slot, ok := s.records[req.ID]; ok {
 		p := s.recs[slot]
-		return ledger.DeliveryResult{Outcome: p.EnqueueAgain(req, s.cfg.policy), Delivery: *p}
+		return ledger.DeliveryResult{Outcome: storekit.Delivery(*p).EnqueueAgain(req, s.cfg.policy), Delivery: *p}
 	}
 	s.insert(d)
 	return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied}
@@ -104,14 +105,14 @@ func (s *Store) enqueueLocked(req ledger.EnqueueRequest, d *ledger.Delivery) led
 // Lease hands out up to limit offerable deliveries matching filter, oldest
 // AvailableAt first (then ID), each under a new token until now+duration.
 // Before choosing, it takes back every delivery Leased to owner.Agent under
-// another incarnation (ledger.Delivery.Reclaim) and lists them, in ID
+// another incarnation (storekit.Delivery.Reclaim) and lists them, in ID
 // order, in Reclaimed; they may be granted again by the same call.
 //
 // Finding each delivery costs O(log n); a Leased delivery whose lease
 // expired with its attempts used up is skipped, not removed (Expire ends
 // it). Errors: ErrInvalid, ctx.Err().
 func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (ledger.LeaseResult, error) {
-	if err := begin(ctx, ledger.ValidateLease(filter, owner, now, duration, limit)); err != nil {
+	if err := begin(ctx, storekit.ValidateLease(filter, owner, now, duration, limit)); err != nil {
 		return ledger.LeaseResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -128,7 +129,7 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		res.Leased = make([]ledger.LeasedDelivery, 0, len(picks))
 	}
 	for _, slot := range picks {
-		d, lease := s.recs[slot].Grant(owner, ledger.NewToken(), now, duration)
+		d, lease := storekit.Delivery(*(s.recs[slot])).Grant(owner, storekit.NewToken(), now, duration)
 		s.replace(slot, &d, ledger.OpLease, owner)
 		res.Leased = append(res.Leased, ledger.LeasedDelivery{Lease: lease, Delivery: d})
 	}
@@ -151,7 +152,7 @@ func (s *Store) reclaim(owner ledger.Owner, now time.Time) []ledger.DeliveryID {
 	slices.SortFunc(slots, func(a, b uint32) int { return strings.Compare(string(s.recs[a].ID), string(s.recs[b].ID)) })
 	ids := make([]ledger.DeliveryID, len(slots))
 	for i, slot := range slots {
-		d := s.recs[slot].Reclaim(owner, now)
+		d := storekit.Delivery(*(s.recs[slot])).Reclaim(owner, now)
 		// The actor is the caller, the incarnation that took the lease back.
 		s.replace(slot, &d, ledger.OpReclaim, owner)
 		ids[i] = d.ID
@@ -189,7 +190,7 @@ func (s *Store) scan(t *btree[slotKey], match func(ledger.Target) bool, now time
 	end := now.UnixMicro()
 	c := t.first()
 	for k, ok := c.next(); ok && k.at <= end && len(picks) < limit; k, ok = c.next() {
-		if p := s.recs[k.slot]; (match == nil || match(p.Target)) && p.Offerable(now) {
+		if p := s.recs[k.slot]; (match == nil || match(p.Target)) && storekit.Delivery(*p).Offerable(now) {
 			picks = append(picks, k.slot)
 		}
 	}
@@ -221,7 +222,7 @@ func (s *Store) pickMerged(targets []ledger.Target, now time.Time, limit int, pi
 		if head.k.at > end {
 			break // the smallest head is in the future, so is every other
 		}
-		if s.recs[head.k.slot].Offerable(now) {
+		if storekit.Delivery(*(s.recs[head.k.slot])).Offerable(now) {
 			picks = append(picks, head.k.slot)
 		}
 		if k, ok := head.c.next(); ok {
@@ -276,12 +277,12 @@ func targetMatcher(targets []ledger.Target) func(ledger.Target) bool {
 // ledger.Ledger). Outcomes: Applied, NotFound, Ended, LeaseLost, Repeated,
 // LeaseExpired. Errors: ErrInvalid, ctx.Err().
 func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateAcknowledge(lease, observation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.apply(lease.DeliveryID, ledger.OpAcknowledge, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.Acknowledge(lease, observation, now)
+		return storekit.Delivery(d).Acknowledge(lease, observation, now)
 	}), nil
 }
 
@@ -292,15 +293,15 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 // Ended, WrongState, WrongOwner, FenceRejected, Applied; NotFound for an
 // unknown ID. Errors: ErrInvalid, ctx.Err().
 func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.apply(id, ledger.OpMarkProcessed, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
 		highest := s.fences[d.Target]
-		nd, o := d.MarkProcessed(owner, fence, highest, action, now)
+		nd, o := storekit.Delivery(d).MarkProcessed(owner, fence, highest, action, now)
 		if o == ledger.OutcomeApplied {
-			if raised := ledger.RaiseFence(highest, fence); raised != highest {
+			if raised := storekit.RaiseFence(highest, fence); raised != highest {
 				s.fences[d.Target] = raised
 			}
 		}
@@ -312,7 +313,7 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 // marks the delivery processed by the owner that acknowledged it, under
 // one lock (see ledger.AckProcessor). Errors: ErrInvalid, ctx.Err().
 func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ack, processed ledger.DeliveryResult, err error) {
-	if err := begin(ctx, ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
 		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -324,7 +325,7 @@ func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, ob
 	}
 	before := *s.recs[slot]
 	highest := s.fences[before.Target]
-	acked, ackOutcome, done, doneOutcome := before.AcknowledgeProcessed(lease, observation, fence, highest, action, now)
+	acked, ackOutcome, done, doneOutcome := storekit.Delivery(before).AcknowledgeProcessed(lease, observation, fence, highest, action, now)
 	if ackOutcome != ledger.OutcomeApplied {
 		return ledger.DeliveryResult{Outcome: ackOutcome, Delivery: handOut(before)}, ledger.DeliveryResult{}, nil
 	}
@@ -333,7 +334,7 @@ func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, ob
 	if doneOutcome != ledger.OutcomeApplied {
 		return ack, ledger.DeliveryResult{Outcome: doneOutcome, Delivery: handOut(acked)}, nil
 	}
-	if raised := ledger.RaiseFence(highest, fence); raised != highest {
+	if raised := storekit.RaiseFence(highest, fence); raised != highest {
 		s.fences[before.Target] = raised
 	}
 	s.replace(slot, &done, ledger.OpMarkProcessed, actorOf(ledger.OpMarkProcessed, &acked))
@@ -344,12 +345,12 @@ func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, ob
 // not change. Outcomes: Applied, NotFound, Ended. Errors: ErrInvalid,
 // ctx.Err().
 func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, activation ledger.Activation, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateRecordActivation(id, activation, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateRecordActivation(id, activation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.apply(id, ledger.OpRecordActivation, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.RecordActivation(activation, now)
+		return storekit.Delivery(d).RecordActivation(activation, now)
 	}), nil
 }
 
@@ -357,12 +358,12 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 // policy's backoff, or Failed. Outcomes: Applied, NotFound, Ended,
 // LeaseLost, Repeated, WrongState. Errors: ErrInvalid, ctx.Err().
 func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateMarkFailed(lease, reason, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateMarkFailed(lease, reason, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.apply(lease.DeliveryID, ledger.OpMarkFailed, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.MarkFailed(lease, reason, now)
+		return storekit.Delivery(d).MarkFailed(lease, reason, now)
 	}), nil
 }
 
@@ -370,24 +371,24 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 // is offerable again at now. Outcomes as MarkFailed. Errors: ErrInvalid,
 // ctx.Err().
 func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateRelease(lease, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateRelease(lease, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.apply(lease.DeliveryID, ledger.OpRelease, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.Release(lease, now)
+		return storekit.Delivery(d).Release(lease, now)
 	}), nil
 }
 
 // Abandon ends one open delivery as Expired with cause. Outcomes: Applied,
 // NotFound, Ended. Errors: ErrInvalid, ctx.Err().
 func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.Cause, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateAbandon(id, cause, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateAbandon(id, cause, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.applyBy(id, ledger.OpAbandon, ledger.Owner{Agent: ledger.ActorFrom(ctx)}, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.Abandon(cause, now)
+		return storekit.Delivery(d).Abandon(cause, now)
 	}), nil
 }
 
@@ -427,7 +428,7 @@ func (s *Store) applyBy(id ledger.DeliveryID, op ledger.Operation, actor ledger.
 // their deadline end as Expired. It returns the IDs it changed, in ID
 // order, at O(k log n) for k changed. Errors: ErrInvalid, ctx.Err().
 func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, error) {
-	if err := begin(ctx, ledger.ValidateExpire(now)); err != nil {
+	if err := begin(ctx, storekit.ValidateExpire(now)); err != nil {
 		return ledger.SweepResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -442,7 +443,7 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 		}
 	}
 	for _, slot := range due {
-		if d, changed := s.recs[slot].Expire(now); changed {
+		if d, changed := storekit.Delivery(*(s.recs[slot])).Expire(now); changed {
 			s.replace(slot, &d, ledger.OpExpire, ledger.Owner{})
 			res.Changed = append(res.Changed, d.ID)
 		}
@@ -453,10 +454,10 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 }
 
 // ExpireCeremony ends every open delivery of ceremony as Expired with cause
-// (ledger.Delivery.Abandon) and returns their IDs in ID order. Terminal
+// (storekit.Delivery.Abandon) and returns their IDs in ID order. Terminal
 // records are untouched. Errors: ErrInvalid, ctx.Err().
 func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) (ledger.SweepResult, error) {
-	if err := begin(ctx, ledger.ValidateExpireCeremony(ceremony, cause, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateExpireCeremony(ceremony, cause, now)); err != nil {
 		return ledger.SweepResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -470,7 +471,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 		}
 		for _, id := range ids {
 			slot := s.records[id]
-			if d, o := s.recs[slot].Abandon(cause, now); o == ledger.OutcomeApplied {
+			if d, o := storekit.Delivery(*(s.recs[slot])).Abandon(cause, now); o == ledger.OutcomeApplied {
 				s.replace(slot, &d, ledger.OpExpireCeremony, ledger.Owner{Agent: ledger.ActorFrom(ctx)})
 				res.Changed = append(res.Changed, id)
 			}
@@ -487,7 +488,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 // holds exactly its Offered and Leased deliveries, so the call costs
 // O(k log n) for k of them. Errors: ErrInvalid, ctx.Err().
 func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) (ledger.SupersedeResult, error) {
-	if err := begin(ctx, ledger.ValidateSupersede(previous, replacement, mode, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateSupersede(previous, replacement, mode, now)); err != nil {
 		return ledger.SupersedeResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -500,7 +501,7 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 			slots = append(slots, k.slot)
 		}
 		for _, slot := range slots {
-			if d, ok := s.recs[slot].Supersede(replacement, mode, now); ok {
+			if d, ok := storekit.Delivery(*(s.recs[slot])).Supersede(replacement, mode, now); ok {
 				s.replace(slot, &d, ledger.OpSupersede, ledger.Owner{})
 				changed = append(changed, d.ID)
 			}
@@ -517,7 +518,7 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 // Get returns a deep copy of one delivery in any state. Errors:
 // ErrNotFound for an unknown ID, ErrInvalid, ctx.Err().
 func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery, error) {
-	if err := begin(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := begin(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return ledger.Delivery{}, err
 	}
 	s.mu.Lock()
@@ -539,7 +540,7 @@ func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery,
 // costs O(log n) plus one step per record examined. Errors: ErrInvalid
 // (also for a cursor not made by this package), ctx.Err().
 func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, error) {
-	after, err := ledger.ValidateList(q)
+	after, err := storekit.ValidateList(q)
 	if err := begin(ctx, err); err != nil {
 		return ledger.Page{}, err
 	}
@@ -571,7 +572,7 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 		page.Deliveries[i] = handOut(page.Deliveries[i])
 	}
 	if more {
-		page.Next = ledger.EncodeCursor(page.Deliveries[len(page.Deliveries)-1].ID)
+		page.Next = storekit.EncodeCursor(page.Deliveries[len(page.Deliveries)-1].ID)
 	}
 	return page, nil
 }
@@ -580,11 +581,11 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 // owner was refused for fence (see ledger.FenceRejecter), recorded as an
 // abandon by owner. Errors: ErrInvalid, ctx.Err().
 func (s *Store) EndFenceRejected(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.applyBy(id, ledger.OpAbandon, owner, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.EndFenceRejected(owner, fence, s.fences[d.Target], now)
+		return storekit.Delivery(d).EndFenceRejected(owner, fence, s.fences[d.Target], now)
 	}), nil
 }

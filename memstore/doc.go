@@ -35,7 +35,7 @@
 // the same critical section as the change, so History never shows a change
 // that did not happen nor misses one that did; a call that does not apply
 // writes none. Entries are built by the root package
-// (ledger.DeliveryTransition, ledger.EntryTransition) and numbered by their
+// (storekit.DeliveryTransition, storekit.EntryTransition) and numbered by their
 // place, which equals the record's Version after the change. Purging a
 // record purges its history; WithoutHistory switches recording off.
 //

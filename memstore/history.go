@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores record history.
@@ -25,7 +26,7 @@ func WithoutHistory() Option {
 
 // History keeps each record's transitions in memory, in the same critical
 // section as the change they describe. An entry is built by the root
-// package (ledger.DeliveryTransition, ledger.EntryTransition) and kept in a
+// package (storekit.DeliveryTransition, storekit.EntryTransition) and kept in a
 // compact form, event, that shares its strings with the calls and records
 // it came from and numbers nothing: an entry's Seq is its place in the
 // record's list. Every applied transition bumps the record's Version by one
@@ -34,7 +35,7 @@ func WithoutHistory() Option {
 // The creation entry is not stored at all: every record starts the same
 // way (Offered, or Pending, by OpEnqueue or, for a redriven record,
 // OpRedrive, at its CreatedAt, which never changes), so History rebuilds
-// it from the record (ledger.DeliveryCreation, EntryCreation). A store of open records
+// it from the record (storekit.DeliveryCreation, EntryCreation). A store of open records
 // that were never touched thus pays nothing for their history.
 
 // event is one stored history entry after the creation one: 64 bytes, its
@@ -101,7 +102,7 @@ func newEvent(t ledger.Transition, actor ledger.Owner, code func(string) uint8) 
 }
 
 // expand returns the whole history of a record: its creation entry
-// (ledger.DeliveryCreation or EntryCreation, which the record implies),
+// (storekit.DeliveryCreation or EntryCreation, which the record implies),
 // then one entry per event.
 func expand(creation ledger.Transition, events []event, states []string) []ledger.Transition {
 	out := make([]ledger.Transition, 0, len(events)+1)
@@ -116,7 +117,7 @@ func expand(creation ledger.Transition, events []event, states []string) []ledge
 // from before to after, made by op for actor. The caller holds s.mu and
 // has checked that history is on.
 func (s *Store) record(slot uint32, op ledger.Operation, before, after *ledger.Delivery, actor ledger.Owner) {
-	t := ledger.DeliveryTransition(op, before, after, "")
+	t := storekit.DeliveryTransition(op, before, after, "")
 	s.hist[slot] = appendEvent(s.hist[slot], newEvent(t, actor, stateCode))
 }
 
@@ -144,7 +145,7 @@ func actorOf(op ledger.Operation, before *ledger.Delivery) ledger.Owner {
 // record's Version. With WithoutHistory it answers an empty, non-nil slice.
 // Errors: ErrNotFound for an unknown (or purged) ID, ErrInvalid, ctx.Err().
 func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Transition, error) {
-	if err := begin(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := begin(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -154,7 +155,7 @@ func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Tra
 		events   []event
 	)
 	if ok && !s.cfg.noHistory {
-		creation = ledger.DeliveryCreation(s.recs[slot])
+		creation = storekit.DeliveryCreation(s.recs[slot])
 		// Copied under the lock: the list grows in place with the next
 		// transition, and nothing handed out may share memory with it.
 		events = append([]event(nil), s.hist[slot]...)
@@ -175,7 +176,7 @@ func (o *Outbox) recordEntry(p *entry, c change, after *ledger.OutboxEntry) {
 	if o.cfg.noHistory {
 		return
 	}
-	t := ledger.EntryTransition(c.op, &p.OutboxEntry, after, "")
+	t := storekit.EntryTransition(c.op, &p.OutboxEntry, after, "")
 	if c.reason != "" {
 		t.Reason = c.reason
 	}
@@ -197,7 +198,7 @@ type change struct {
 // Store.History does for deliveries. Errors: ErrNotFound for an unknown (or
 // purged) ID, ErrInvalid, ctx.Err().
 func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]ledger.Transition, error) {
-	if err := begin(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := begin(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return nil, err
 	}
 	o.mu.Lock()
@@ -207,7 +208,7 @@ func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]l
 		events   []event
 	)
 	if ok && !o.cfg.noHistory {
-		creation = ledger.EntryCreation(&p.OutboxEntry)
+		creation = storekit.EntryCreation(&p.OutboxEntry)
 		events = append([]event(nil), p.hist...)
 	}
 	o.mu.Unlock()

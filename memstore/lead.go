@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores keep leads.
@@ -25,7 +26,7 @@ type leadTable struct {
 func newLeadTable() *leadTable { return &leadTable{leads: make(map[string]ledger.Lead)} }
 
 // TakeLead makes holder the holder of the lead name until now+ttl when
-// nobody holds it at now (ledger.Lead.Take): Applied, with a new term and
+// nobody holds it at now (storekit.Lead.Take): Applied, with a new term and
 // token. A lead held at now answers WrongOwner and writes nothing.
 // Errors: ErrInvalid, ctx.Err().
 func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
@@ -33,13 +34,13 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 }
 
 // RenewLead moves the expiry of the lead in force to now+ttl
-// (ledger.Lead.Renew). Outcomes: Applied, NotFound, LeaseLost,
+// (storekit.Lead.Renew). Outcomes: Applied, NotFound, LeaseLost,
 // LeaseExpired. Errors: ErrInvalid, ctx.Err().
 func (s *Store) RenewLead(ctx context.Context, lead ledger.Lead, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
 	return s.leads.renew(ctx, lead, now, ttl)
 }
 
-// ReleaseLead gives the lead up at now (ledger.Lead.Release). Outcomes:
+// ReleaseLead gives the lead up at now (storekit.Lead.Release). Outcomes:
 // Applied, NotFound, LeaseLost, LeaseExpired. Errors: ErrInvalid,
 // ctx.Err().
 func (s *Store) ReleaseLead(ctx context.Context, lead ledger.Lead, now time.Time) (ledger.LeadResult, error) {
@@ -73,17 +74,17 @@ func (o *Outbox) GetLead(ctx context.Context, name string) (ledger.Lead, error) 
 }
 
 func (t *leadTable) take(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
-	if err := begin(ctx, ledger.ValidateTakeLead(name, holder, now, ttl)); err != nil {
+	if err := begin(ctx, storekit.ValidateTakeLead(name, holder, now, ttl)); err != nil {
 		return ledger.LeadResult{}, err
 	}
-	token := ledger.NewToken()
+	token := storekit.NewToken()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur, ok := t.leads[name]
 	if !ok {
 		cur = ledger.Lead{Name: name}
 	}
-	next, out := cur.Take(holder, token, now, ttl)
+	next, out := storekit.Lead(cur).Take(holder, token, now, ttl)
 	if out != ledger.OutcomeApplied {
 		return ledger.LeadResult{Outcome: out, Lead: cur.Public()}, nil
 	}
@@ -92,17 +93,17 @@ func (t *leadTable) take(ctx context.Context, name, holder string, now time.Time
 }
 
 func (t *leadTable) renew(ctx context.Context, lead ledger.Lead, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
-	if err := begin(ctx, ledger.ValidateRenewLead(lead, now, ttl)); err != nil {
+	if err := begin(ctx, storekit.ValidateRenewLead(lead, now, ttl)); err != nil {
 		return ledger.LeadResult{}, err
 	}
-	return t.apply(lead.Name, func(cur ledger.Lead) (ledger.Lead, ledger.Outcome) { return cur.Renew(lead, now, ttl) }), nil
+	return t.apply(lead.Name, func(cur ledger.Lead) (ledger.Lead, ledger.Outcome) { return storekit.Lead(cur).Renew(lead, now, ttl) }), nil
 }
 
 func (t *leadTable) release(ctx context.Context, lead ledger.Lead, now time.Time) (ledger.LeadResult, error) {
-	if err := begin(ctx, ledger.ValidateReleaseLead(lead, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateReleaseLead(lead, now)); err != nil {
 		return ledger.LeadResult{}, err
 	}
-	res := t.apply(lead.Name, func(cur ledger.Lead) (ledger.Lead, ledger.Outcome) { return cur.Release(lead, now) })
+	res := t.apply(lead.Name, func(cur ledger.Lead) (ledger.Lead, ledger.Outcome) { return storekit.Lead(cur).Release(lead, now) })
 	res.Lead = res.Lead.Public() // a lead given up is no capability any more
 	return res, nil
 }
@@ -126,7 +127,7 @@ func (t *leadTable) apply(name string, step func(ledger.Lead) (ledger.Lead, ledg
 }
 
 func (t *leadTable) get(ctx context.Context, name string) (ledger.Lead, error) {
-	if err := begin(ctx, ledger.ValidateGetLead(name)); err != nil {
+	if err := begin(ctx, storekit.ValidateGetLead(name)); err != nil {
 		return ledger.Lead{}, err
 	}
 	t.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,17 +34,17 @@ func compareIDs(a, b ledger.DeliveryID) int { return idKey(a).compare(idKey(b)) 
 func modelLease(all []ledger.Delivery, f ledger.LeaseFilter, owner ledger.Owner, now time.Time, limit int) (leased, reclaimed []ledger.DeliveryID) {
 	var cands []ledger.Delivery
 	for _, d := range all {
-		if d.HeldByOtherIncarnation(owner) {
+		if storekit.Delivery(d).HeldByOtherIncarnation(owner) {
 			reclaimed = append(reclaimed, d.ID)
-			d = d.Reclaim(owner, now)
+			d = storekit.Delivery(d).Reclaim(owner, now)
 		}
 		if (len(f.Targets) == 0 || slices.Contains(f.Targets, d.Target)) &&
-			(f.Ceremony == "" || f.Ceremony == d.Ceremony) && d.Offerable(now) {
+			(f.Ceremony == "" || f.Ceremony == d.Ceremony) && storekit.Delivery(d).Offerable(now) {
 			cands = append(cands, d)
 		}
 	}
 	slices.SortFunc(cands, func(a, b ledger.Delivery) int {
-		if a.OfferedBefore(b) {
+		if storekit.OfferedBefore(a, b) {
 			return -1
 		}
 		return 1
@@ -169,7 +170,7 @@ func runModel(t *testing.T, seed uint64) {
 		case 8:
 			var want []ledger.DeliveryID
 			for _, d := range before {
-				if d.Expirable(now) {
+				if storekit.Delivery(d).Expirable(now) {
 					want = append(want, d.ID)
 				}
 			}
@@ -195,7 +196,7 @@ func runModel(t *testing.T, seed uint64) {
 			mode := []ledger.FollowMode{ledger.Follow, ledger.LeaveBehind}[rng.IntN(2)]
 			var want []ledger.DeliveryID
 			for _, d := range before {
-				if d.Target == prev && d.Supersedable() {
+				if d.Target == prev && storekit.Delivery(d).Supersedable() {
 					want = append(want, d.ID)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores offer retention.
@@ -16,7 +17,7 @@ var (
 )
 
 // PurgeDeliveries deletes up to limit terminal deliveries that ended before
-// olderThan (ledger.Delivery.Purgeable), oldest EndedAt first, then by ID,
+// olderThan (storekit.Delivery.Purgeable), oldest EndedAt first, then by ID,
 // and returns how many it deleted. Open deliveries are never deleted,
 // whatever their age; the per-target fences stay. A purged delivery's
 // history goes with it, and its ID is free again: a later Enqueue of it
@@ -29,7 +30,7 @@ var (
 // host that keeps millions of records in memory should purge in larger
 // batches, less often.
 func (s *Store) PurgeDeliveries(ctx context.Context, olderThan time.Time, limit int) (int, error) {
-	if err := begin(ctx, ledger.ValidatePurge(olderThan, limit)); err != nil {
+	if err := begin(ctx, storekit.ValidatePurge(olderThan, limit)); err != nil {
 		return 0, err
 	}
 	olderThan = ledger.Normalize(olderThan)
@@ -37,7 +38,7 @@ func (s *Store) PurgeDeliveries(ctx context.Context, olderThan time.Time, limit 
 	defer s.mu.Unlock()
 	var victims []uint32
 	for slot, p := range s.recs {
-		if p.Purgeable(olderThan) {
+		if storekit.Delivery(*p).Purgeable(olderThan) {
 			victims = append(victims, uint32(slot))
 		}
 	}
@@ -95,7 +96,7 @@ func (s *Store) removeSlot(slot uint32) {
 }
 
 // PurgeEntries deletes up to limit terminal outbox entries that ended
-// before olderThan (ledger.OutboxEntry.Purgeable), oldest EndedAt first,
+// before olderThan (storekit.OutboxEntry.Purgeable), oldest EndedAt first,
 // then by ID, and returns how many it deleted. Open entries, claimed or
 // not, are never deleted. A purged entry's history goes with it, and its
 // idempotency key is free again: a later Enqueue of it creates a new
@@ -106,7 +107,7 @@ func (s *Store) removeSlot(slot uint32) {
 // Like Store.PurgeDeliveries it scans every entry under the lock and sorts
 // the candidates: O(n + k log k).
 func (o *Outbox) PurgeEntries(ctx context.Context, olderThan time.Time, limit int) (int, error) {
-	if err := begin(ctx, ledger.ValidatePurge(olderThan, limit)); err != nil {
+	if err := begin(ctx, storekit.ValidatePurge(olderThan, limit)); err != nil {
 		return 0, err
 	}
 	olderThan = ledger.Normalize(olderThan)
@@ -114,7 +115,7 @@ func (o *Outbox) PurgeEntries(ctx context.Context, olderThan time.Time, limit in
 	defer o.mu.Unlock()
 	var victims []*entry
 	for _, p := range o.entries {
-		if p.Purgeable(olderThan) {
+		if storekit.OutboxEntry(p.OutboxEntry).Purgeable(olderThan) {
 			victims = append(victims, p)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // TestPurgeKeepsEveryIndex purges ended deliveries scattered among open
@@ -116,7 +117,7 @@ func TestPurgeKeepsEveryIndex(t *testing.T) {
 	require.NoError(t, checkStore(s))
 
 	// Everything has ended now: one more purge empties the store.
-	n, err := s.PurgeDeliveries(ctx, ledger.MaxTime(), ledger.MaxLimit)
+	n, err := s.PurgeDeliveries(ctx, storekit.MaxTime(), ledger.MaxLimit)
 	require.NoError(t, err)
 	require.Equal(t, len(open), n)
 	require.NoError(t, checkStore(s))
@@ -148,7 +149,7 @@ func TestPurgeEntriesKeepsTheIndexes(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, checkOutbox(o))
-	n, err := o.PurgeEntries(ctx, ledger.MaxTime(), 4)
+	n, err := o.PurgeEntries(ctx, storekit.MaxTime(), 4)
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	require.NoError(t, checkOutbox(o))
@@ -160,7 +161,7 @@ func TestPurgeEntriesKeepsTheIndexes(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	n, err = o.PurgeEntries(ctx, ledger.MaxTime(), ledger.MaxLimit)
+	n, err = o.PurgeEntries(ctx, storekit.MaxTime(), ledger.MaxLimit)
 	require.NoError(t, err)
 	require.Equal(t, len(ended)-4, n)
 	require.NoError(t, checkOutbox(o))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores redrive.
@@ -25,7 +26,7 @@ var (
 // linked to it (see ledger.Redriver). Outcomes: Applied, NotFound,
 // Repeated, WrongState, Conflict. Errors: ErrInvalid, ctx.Err().
 func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time.Time) (ledger.RedriveResult, error) {
-	if err := begin(ctx, ledger.ValidateRedrive(req, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateRedrive(req, now)); err != nil {
 		return ledger.RedriveResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -39,7 +40,7 @@ func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time
 // RedriveMatching redrives up to q.Limit deliveries matching q, oldest
 // EndedAt first (see ledger.Redriver). Errors: ErrInvalid, ctx.Err().
 func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now time.Time) (ledger.RedriveBatch, error) {
-	after, err := ledger.ValidateRedriveQuery(q, now)
+	after, err := storekit.ValidateRedriveQuery(q, now)
 	if err := begin(ctx, err); err != nil {
 		return ledger.RedriveBatch{}, err
 	}
@@ -62,7 +63,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 	}
 	if len(picks) == q.Limit {
 		last := picks[len(picks)-1]
-		batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
+		batch.Next = storekit.EncodeRedriveCursor(storekit.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
 	}
 	for _, id := range ids {
 		batch.Results = append(batch.Results, s.redriveLocked(id, "", ledger.Owner{Agent: ledger.ActorFrom(ctx)}, now))
@@ -84,8 +85,8 @@ func (s *Store) redriveLocked(id, newID ledger.DeliveryID, actor ledger.Owner, n
 		return ledger.RedriveResult{Outcome: ledger.OutcomeNotFound}
 	}
 	d := *s.recs[slot]
-	existing, taken := s.records[d.RedriveAs(newID)]
-	orig, fresh, o := d.Redrive(newID, taken, now)
+	existing, taken := s.records[storekit.Delivery(d).RedriveAs(newID)]
+	orig, fresh, o := storekit.Delivery(d).Redrive(newID, taken, now)
 	res := ledger.RedriveResult{Outcome: o, Original: orig}
 	switch o {
 	case ledger.OutcomeRepeated:
@@ -148,7 +149,7 @@ func cloneRedrive(r ledger.RedriveResult) ledger.RedriveResult {
 // clock. Outcomes: Applied, NotFound, Repeated, WrongState, Conflict.
 // Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryRequest) (ledger.RedriveEntryResult, error) {
-	if err := begin(ctx, ledger.ValidateRedriveEntry(req)); err != nil {
+	if err := begin(ctx, storekit.ValidateRedriveEntry(req)); err != nil {
 		return ledger.RedriveEntryResult{}, err
 	}
 	now := ledger.Normalize(o.cfg.clock())
@@ -162,7 +163,7 @@ func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryReques
 // oldest EndedAt first (see ledger.OutboxRedriver). Errors: ErrInvalid,
 // ctx.Err().
 func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEntryQuery) (ledger.RedriveEntryBatch, error) {
-	after, err := ledger.ValidateRedriveEntryQuery(q)
+	after, err := storekit.ValidateRedriveEntryQuery(q)
 	if err := begin(ctx, err); err != nil {
 		return ledger.RedriveEntryBatch{}, err
 	}
@@ -181,7 +182,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 	picks = picks[:min(len(picks), q.Limit)]
 	if len(picks) == q.Limit {
 		last := picks[len(picks)-1]
-		batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
+		batch.Next = storekit.EncodeRedriveCursor(storekit.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
 	}
 	for _, p := range picks {
 		batch.Results = append(batch.Results, o.redriveLocked(p.ID, "", ledger.ActorFrom(ctx), now))
@@ -201,8 +202,8 @@ func (o *Outbox) redriveLocked(id ledger.OutboxEntryID, key, actor string, now t
 	if !ok {
 		return ledger.RedriveEntryResult{Outcome: ledger.OutcomeNotFound}
 	}
-	existing, taken := o.entries[p.RedriveAs(key)]
-	orig, fresh, out := p.Redrive(key, taken, now)
+	existing, taken := o.entries[storekit.OutboxEntry(p.OutboxEntry).RedriveAs(key)]
+	orig, fresh, out := storekit.OutboxEntry(p.OutboxEntry).Redrive(key, taken, now)
 	res := ledger.RedriveEntryResult{Outcome: out, Original: orig}
 	switch out {
 	case ledger.OutcomeRepeated:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that the stores implement the heartbeat contracts.
@@ -15,7 +16,7 @@ var (
 )
 
 // RenewLease moves the expiry of the lease in force to now+duration,
-// keeping its token and sequence number (ledger.Delivery.Renew). The
+// keeping its token and sequence number (storekit.Delivery.Renew). The
 // delivery's AvailableAt moves with the expiry, and Store.replace moves it
 // in the offer and lease-expiry indexes, so Lease does not hand it to
 // anyone else before the new expiry and Expire does not sweep it before
@@ -24,24 +25,24 @@ var (
 // lease that ran out is not revived). A call that does not apply writes
 // nothing. Errors: ErrInvalid, ctx.Err().
 func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Time, duration time.Duration) (ledger.DeliveryResult, error) {
-	if err := begin(ctx, ledger.ValidateRenewLease(lease, now, duration)); err != nil {
+	if err := begin(ctx, storekit.ValidateRenewLease(lease, now, duration)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now = ledger.Normalize(now)
 	return s.apply(lease.DeliveryID, ledger.OpRenewLease, func(d ledger.Delivery) (ledger.Delivery, ledger.Outcome) {
-		return d.Renew(lease, now, duration)
+		return storekit.Delivery(d).Renew(lease, now, duration)
 	}), nil
 }
 
 // RenewClaim moves the expiry of the claim in force to now+duration,
-// keeping its token and sequence number (ledger.OutboxEntry.RenewClaim).
+// keeping its token and sequence number (storekit.OutboxEntry.RenewClaim).
 // Unlike the completions it is stamped with the caller's now, not the
 // clock option, because the decision (is the claim still in force?) is
 // made at that now. Outcomes: Applied, NotFound, Ended, LeaseLost,
 // LeaseExpired. A call that does not apply writes nothing. Errors:
 // ErrInvalid, ctx.Err().
 func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Time, duration time.Duration) (ledger.OutboxResult, error) {
-	if err := begin(ctx, ledger.ValidateRenewClaim(claim, now, duration)); err != nil {
+	if err := begin(ctx, storekit.ValidateRenewClaim(claim, now, duration)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	now = ledger.Normalize(now)
@@ -51,7 +52,7 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 		o.mu.Unlock()
 		return ledger.OutboxResult{Outcome: ledger.OutcomeNotFound}, nil
 	}
-	e, out := p.RenewClaim(claim, now, duration)
+	e, out := storekit.OutboxEntry(p.OutboxEntry).RenewClaim(claim, now, duration)
 	if out == ledger.OutcomeApplied {
 		// The claim's expiry keys the index of claims (for OutboxStats);
 		// replace moves the entry in it.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores report stats.
@@ -160,7 +161,7 @@ func spent(d *ledger.Delivery) bool {
 // Stats counts the deliveries matching filter: by state, Expired ones by
 // cause, and those Lease could hand out at now (Depth), with the oldest
 // AvailableAt among them and its lag, overall and by target (ByTarget).
-// The numbers are the ones ledger.DeliveryStats.Count gives over every
+// The numbers are the ones storekit.CountDelivery gives over every
 // matching record, one consistent snapshot under the store's lock.
 //
 // Cost, for n records: the counts are kept as records change, so reading
@@ -173,11 +174,11 @@ func spent(d *ledger.Delivery) bool {
 // one by one, O(k) for its k due deliveries. Errors: ErrInvalid,
 // ctx.Err().
 func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.Time) (ledger.DeliveryStats, error) {
-	if err := begin(ctx, ledger.ValidateStats(filter, now)); err != nil {
+	if err := begin(ctx, storekit.ValidateStats(filter, now)); err != nil {
 		return ledger.DeliveryStats{}, err
 	}
 	now = ledger.Normalize(now)
-	st := ledger.NewDeliveryStats()
+	st := storekit.NewDeliveryStats()
 	s.mu.Lock()
 	if c := s.counts.of(filter); c != nil {
 		for code, n := range c.states[1:] {
@@ -189,7 +190,7 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 	}
 	s.queue(&st, filter, now)
 	s.mu.Unlock()
-	st.Finish(now)
+	storekit.FinishDeliveryStats(&st, now)
 	return st, nil
 }
 
@@ -206,20 +207,20 @@ func (s *Store) queue(st *ledger.DeliveryStats, filter ledger.StatsFilter, now t
 		end := now.UnixMicro()
 		c := t.first()
 		for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
-			if p := s.recs[k.slot]; matches(p, filter) && p.Offerable(now) {
-				st.AddQueue(p.Target, 1, p.AvailableAt)
+			if p := s.recs[k.slot]; matches(p, filter) && storekit.Delivery(*p).Offerable(now) {
+				storekit.AddDeliveryQueue(st, p.Target, 1, p.AvailableAt)
 			}
 		}
 		return
 	}
 	if filter.Target != "" {
 		n, oldest := s.depth(filter, now)
-		st.AddQueue(filter.Target, n, oldest)
+		storekit.AddDeliveryQueue(st, filter.Target, n, oldest)
 		return
 	}
 	for target := range s.byTarget.m {
 		n, oldest := s.depth(ledger.StatsFilter{Target: target}, now)
-		st.AddQueue(target, n, oldest)
+		storekit.AddDeliveryQueue(st, target, n, oldest)
 	}
 }
 
@@ -259,7 +260,7 @@ func (s *Store) depth(filter ledger.StatsFilter, now time.Time) (int64, time.Tim
 	c := t.first()
 	for k, ok := c.next(); ok && k.at <= end; k, ok = c.next() {
 		p := s.recs[k.slot]
-		if !matches(p, filter) || !p.Offerable(now) {
+		if !matches(p, filter) || !storekit.Delivery(*p).Offerable(now) {
 			continue
 		}
 		if oldest.IsZero() {
@@ -280,8 +281,8 @@ func matches(d *ledger.Delivery, f ledger.StatsFilter) bool {
 
 // OutboxStats counts the outbox entries by status, and those ClaimPending
 // or ClaimRetryReady could hand out at now (Depth), with the oldest due
-// time among them (ledger.OutboxEntry.DueAt) and its lag, overall and by
-// provider (ByProvider): the numbers ledger.OutboxStats.Count gives over
+// time among them (storekit.OutboxEntry.DueAt) and its lag, overall and by
+// provider (ByProvider): the numbers storekit.CountEntry gives over
 // every entry.
 //
 // Cost, for n entries: the counts by status are kept as entries change,
@@ -290,12 +291,12 @@ func matches(d *ledger.Delivery, f ledger.StatsFilter) bool {
 // such entries. Stats are read every few seconds, not on the claims'
 // path. Errors: ErrInvalid, ctx.Err().
 func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
-	if err := begin(ctx, ledger.ValidateOutboxStats(now)); err != nil {
+	if err := begin(ctx, storekit.ValidateOutboxStats(now)); err != nil {
 		return ledger.OutboxStats{}, err
 	}
 	now = ledger.Normalize(now)
 	end := now.UnixMicro()
-	st := ledger.NewOutboxStats()
+	st := storekit.NewOutboxStats()
 	o.mu.Lock()
 	for code, n := range o.counts[1:] {
 		st.ByStatus[ledger.OutboxStatus(outboxStatuses[code+1])] = n
@@ -303,8 +304,8 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	// Both indexes hold claimed entries too: DueAt leaves out those whose
 	// claim is in force.
 	count := func(p *entry) {
-		if due, ok := p.DueAt(now); ok {
-			st.AddQueue(p.Envelope.Provider, 1, due)
+		if due, ok := storekit.OutboxEntry(p.OutboxEntry).DueAt(now); ok {
+			storekit.AddOutboxQueue(&st, p.Envelope.Provider, 1, due)
 		}
 	}
 	pc := o.pending.first()
@@ -316,6 +317,6 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 		count(o.entries[ledger.OutboxEntryID(k.id)])
 	}
 	o.mu.Unlock()
-	st.Finish(now)
+	storekit.FinishOutboxStats(&st, now)
 	return st, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // requireStats checks Stats for every filter over targets and ceremonies
@@ -36,13 +37,13 @@ func requireStats(t *testing.T, s *Store, targets []ledger.Target, ceremonies []
 	}
 	for _, now := range nows {
 		for _, f := range filters {
-			want := ledger.NewDeliveryStats()
+			want := storekit.NewDeliveryStats()
 			for i := range all {
 				if matches(&all[i], f) {
-					want.Count(&all[i], now)
+					storekit.CountDelivery(&want, &all[i], now)
 				}
 			}
-			want.Finish(now)
+			storekit.FinishDeliveryStats(&want, now)
 			got, err := s.Stats(context.Background(), f, now)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "stats for %+v at %s", f, now)
@@ -61,11 +62,11 @@ func requireOutboxStats(t *testing.T, o *Outbox, nows ...time.Time) {
 	}
 	o.mu.Unlock()
 	for _, now := range nows {
-		want := ledger.NewOutboxStats()
+		want := storekit.NewOutboxStats()
 		for i := range all {
-			want.Count(&all[i], now)
+			storekit.CountEntry(&want, &all[i], now)
 		}
-		want.Finish(now)
+		storekit.FinishOutboxStats(&want, now)
 		got, err := o.OutboxStats(context.Background(), now)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "outbox stats at %s", now)

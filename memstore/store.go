@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that Store implements the delivery contracts.
@@ -454,7 +455,7 @@ func (g *groups[N, K]) remove(name N, k K) {
 // context, the call's own validation (invalid, computed by the caller), and
 // a context not already done. A call that fails any of them touches nothing.
 func begin(ctx context.Context, invalid error) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return err
 	}
 	if invalid != nil {

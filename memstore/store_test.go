@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -332,7 +333,7 @@ func TestListPages(t *testing.T) {
 	assert.Equal(t, ledger.DeliveryID("d24"), all.Deliveries[24].ID)
 
 	// A cursor past a record that is not in the store still resumes in order.
-	page, err := s.List(ctx, ledger.ListQuery{Limit: 2, Cursor: ledger.EncodeCursor("d105")})
+	page, err := s.List(ctx, ledger.ListQuery{Limit: 2, Cursor: storekit.EncodeCursor("d105")})
 	require.NoError(t, err)
 	assert.Equal(t, []ledger.DeliveryID{"d11", "d12"}, []ledger.DeliveryID{page.Deliveries[0].ID, page.Deliveries[1].ID})
 }

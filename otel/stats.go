@@ -13,6 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // ObserveStats registers the delivery gauges read from r at each
@@ -48,7 +49,7 @@ func (in *Instrumentation) ObserveStats(r ledger.StatsReporter, targets ...ledge
 	}
 	names := make([]string, 0, len(targets))
 	for _, t := range targets {
-		if err := ledger.ValidateName("target", string(t)); err != nil {
+		if err := storekit.ValidateName("target", string(t)); err != nil {
 			return nil, err
 		}
 		names = append(names, string(t))
@@ -92,7 +93,7 @@ func (in *Instrumentation) ObserveOutboxStats(r ledger.OutboxStatsReporter, prov
 		return nil, errors.New("ledgerotel: ObserveOutboxStats needs an OutboxStatsReporter")
 	}
 	for _, p := range providers {
-		if err := ledger.ValidateName("provider", p); err != nil {
+		if err := storekit.ValidateName("provider", p); err != nil {
 			return nil, err
 		}
 	}

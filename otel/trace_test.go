@@ -15,6 +15,7 @@ import (
 	"github.com/leaseledger/ledger/dispatch"
 	"github.com/leaseledger/ledger/memstore"
 	ledgerotel "github.com/leaseledger/ledger/otel"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // spanAttrs returns a span's attributes as strings, by key.
@@ -122,7 +123,7 @@ func TestInject(t *testing.T) {
 	assert.Equal(t, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01", got["traceparent"])
 	assert.Equal(t, "acme", got["tenant"])
 	assert.Equal(t, ledger.Metadata{"tenant": "acme"}, md, "the caller's map is not changed")
-	assert.NoError(t, ledger.ValidateMetadata("metadata", got), "what Inject makes is valid metadata")
+	assert.NoError(t, storekit.ValidateMetadata("metadata", got), "what Inject makes is valid metadata")
 	fresh := ledgerotel.Inject(ctx, nil)
 	assert.Len(t, fresh, 1)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file keeps bounded targets' queues within their bounds (see
@@ -28,14 +29,14 @@ import (
 //     transaction, so it works behind PgBouncer in transaction mode. The
 //     count reads deliveries_offerable_target_idx, the index of the
 //     queues by target, and stops after bound+MaxLimit entries
-//     (ledger.QueueOverflow never asks for more): it never reads the
+//     (storekit.QueueOverflow never asks for more): it never reads the
 //     target's ended rows, nor a long queue whole.
 //  2. For a target over its bound: read its oldest Offered rows from the
-//     same index, as many as ledger.QueueOverflow says, locked with SKIP
+//     same index, as many as storekit.QueueOverflow says, locked with SKIP
 //     LOCKED (a row a Lease is granting right now is not waited for; the
 //     next one is taken instead, at worst the delivery just enqueued,
 //     which this transaction holds), and end each with
-//     ledger.Delivery.BoundQueue.
+//     storekit.Delivery.BoundQueue.
 //  3. Write them back with their history; the changes of the terminal
 //     counts go last, once every advisory lock is held.
 
@@ -116,7 +117,7 @@ func (s *Store) boundQueues(ctx context.Context, tx pgx.Tx, targets []ledger.Tar
 	var changes []deliveryChange
 	for i, t := range targets {
 		bound := s.cfg.bounds.For(t)
-		over := ledger.QueueOverflow(lengths[i], bound)
+		over := storekit.QueueOverflow(lengths[i], bound)
 		if over == 0 {
 			continue
 		}
@@ -129,7 +130,7 @@ func (s *Store) boundQueues(ctx context.Context, tx pgx.Tx, targets []ledger.Tar
 			return nil, err
 		}
 		for _, d := range ds {
-			nd, o := d.BoundQueue(bound, now)
+			nd, o := storekit.Delivery(d).BoundQueue(bound, now)
 			if o != ledger.OutcomeApplied {
 				return nil, fmt.Errorf("bound queue of %s: delivery %s is %s: %w", t, d.ID, d.State, errRowChanged)
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores offer the operators' reads.
@@ -127,7 +128,7 @@ func openOnly[S any](xs []S, terminal func(S) bool) bool {
 // name.
 func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (ledger.OutboxPage, error) {
 	s := o.s
-	after, verr := ledger.ValidateOutboxList(q)
+	after, verr := storekit.ValidateOutboxList(q)
 	if err := s.check(ctx, verr); err != nil {
 		return ledger.OutboxPage{}, err
 	}
@@ -156,7 +157,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 		page = ledger.OutboxPage{Entries: es}
 		if len(es) > q.Limit {
 			page.Entries = es[:q.Limit]
-			page.Next = ledger.EncodeOutboxCursor(es[q.Limit-1].ID)
+			page.Next = storekit.EncodeOutboxCursor(es[q.Limit-1].ID)
 		}
 		return nil
 	})
@@ -171,7 +172,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 // latest first (see ledger.EndedLister), in one statement that reads at
 // most q.Limit entries of deliveries_ended_idx. Errors as ListEntries.
 func (s *Store) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.DeliveryEnd, error) {
-	if err := s.check(ctx, ledger.ValidateEnded(q)); err != nil {
+	if err := s.check(ctx, storekit.ValidateEnded(q)); err != nil {
 		return nil, err
 	}
 	var ends []ledger.DeliveryEnd
@@ -207,7 +208,7 @@ func (s *Store) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.De
 // as ListEntries.
 func (o *Outbox) ListEndedEntries(ctx context.Context, q ledger.EndedQuery) ([]ledger.EntryEnd, error) {
 	s := o.s
-	if err := s.check(ctx, ledger.ValidateEnded(q)); err != nil {
+	if err := s.check(ctx, storekit.ValidateEnded(q)); err != nil {
 		return nil, err
 	}
 	var ends []ledger.EntryEnd

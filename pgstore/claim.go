@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is the outbox: the base OutboxStore methods and the claims of
@@ -17,7 +18,7 @@ import (
 // store's clock. The entry is committed when Enqueue returns without error
 // (under WithTx: when the caller commits).
 func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateEnvelope(env, o.s.cfg.maxPayload)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateEnvelope(env, o.s.cfg.maxPayload)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	rs, err := o.enqueue(ctx, "outbox enqueue", []ledger.Envelope{env})
@@ -33,7 +34,7 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 // The new entries share one CreatedAt and are found and claimed in the
 // order of envs.
 func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateEnvelopeBatch(envs, o.s.cfg.maxPayload)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateEnvelopeBatch(envs, o.s.cfg.maxPayload)); err != nil {
 		return nil, err
 	}
 	return outboxResultsOut(o.enqueue(ctx, "outbox enqueue batch", envs))
@@ -43,17 +44,17 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 // ledger.OutboxStore): ErrConflict for a stale Version or an ended entry,
 // ErrNotFound for an unknown ID.
 func (o *Outbox) Save(ctx context.Context, entry ledger.OutboxEntry) (ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateSave(entry)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateSave(entry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.base(ctx, "save", how{op: ledger.OpSave}, entry.ID, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.Save(entry, now)
+		return storekit.OutboxEntry(e).Save(entry, now)
 	})
 }
 
 // FindByID returns one entry, or an error matching ledger.ErrNotFound.
 func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	var e ledger.OutboxEntry
@@ -74,7 +75,7 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 // FindPending returns up to limit Pending entries, oldest first: CreatedAt,
 // then enqueue order (see ledger.OutboxStore).
 func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateFindPending(limit)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateFindPending(limit)); err != nil {
 		return nil, err
 	}
 	return o.find(ctx, "find pending", o.s.q.findPending, limit)
@@ -83,7 +84,7 @@ func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEnt
 // FindRetryReady returns up to limit RetryScheduled or Deferred entries
 // due at now, earliest first (see ledger.OutboxStore).
 func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) ([]ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateFindRetryReady(now, limit)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateFindRetryReady(now, limit)); err != nil {
 		return nil, err
 	}
 	now, err := o.s.decisionTime(ctx, "find retry ready", now)
@@ -112,32 +113,32 @@ func (o *Outbox) find(ctx context.Context, op, query string, args ...any) ([]led
 // MarkDelivered ends the entry as Delivered, ignoring any claim (see
 // ledger.OutboxStore).
 func (o *Outbox) MarkDelivered(ctx context.Context, id ledger.OutboxEntryID, result ledger.EmissionResult) (ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateMarkDelivered(id, result)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateMarkDelivered(id, result)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.base(ctx, "mark delivered", how{op: ledger.OpMarkDelivered}, id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.MarkDelivered(result, now)
+		return storekit.OutboxEntry(e).MarkDelivered(result, now)
 	})
 }
 
 // MarkFailed records a failed emission: RetryScheduled at nextRetry, or
 // Failed when nextRetry is nil (see ledger.OutboxStore).
 func (o *Outbox) MarkFailed(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateMarkEntryFailed(id, emissionErr, nextRetry)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.base(ctx, "mark failed", how{op: ledger.OpMarkFailed}, id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.MarkFailed(emissionErr, nextRetry, now)
+		return storekit.OutboxEntry(e).MarkFailed(emissionErr, nextRetry, now)
 	})
 }
 
 // MarkDeadLettered ends the entry as DeadLettered (see ledger.OutboxStore).
 func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, emissionErr ledger.EmissionError, reason string) (ledger.OutboxEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateMarkDeadLettered(id, emissionErr, reason)); err != nil {
 		return ledger.OutboxEntry{}, err
 	}
 	return o.base(ctx, "mark dead lettered", how{op: ledger.OpMarkDeadLettered}, id, func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, error) {
-		return e.MarkDeadLettered(emissionErr, reason, now)
+		return storekit.OutboxEntry(e).MarkDeadLettered(emissionErr, reason, now)
 	})
 }
 
@@ -179,7 +180,7 @@ func (o *Outbox) base(ctx context.Context, op string, h how, id ledger.OutboxEnt
 // statement that skips rows other workers hold; they come oldest first:
 // CreatedAt, then enqueue order.
 func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
 	return o.claim(ctx, "claim pending", o.s.q.claimPending, req)
@@ -188,7 +189,7 @@ func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]l
 // ClaimRetryReady claims due RetryScheduled and Deferred entries (see
 // ledger.ClaimStore); they come earliest due first.
 func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
 	return o.claim(ctx, "claim retry ready", o.s.q.claimRetryReady, req)
@@ -198,13 +199,13 @@ func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) (
 // ones, in one statement (see ledger.DueClaimer): what ClaimRetryReady and
 // then ClaimPending with the rest of the limit would claim.
 func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
-	if err := o.s.check(ctx, ledger.ValidateClaimRequest(req)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateClaimRequest(req)); err != nil {
 		return nil, err
 	}
 	return o.claim(ctx, "claim due", o.s.q.claimDue, req)
 }
 
-// claim runs a claim statement (claimTemplate: ledger.OutboxEntry.Grant in
+// claim runs a claim statement (claimTemplate: storekit.OutboxEntry.Grant in
 // SQL, its history entries written by the same statement) and returns the
 // claims in the statement's order.
 func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
@@ -216,7 +217,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 	now = ledger.Normalize(now)
 	tokens := make([]string, req.Limit)
 	for i := range tokens {
-		tokens[i] = string(ledger.NewToken())
+		tokens[i] = string(storekit.NewToken())
 	}
 	var out []ledger.ClaimedEntry
 	args := []any{now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
@@ -354,7 +355,7 @@ func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger
 // completeOne validates and runs one claim completion, grouped with the
 // calls of other goroutines when it can be (see completeClaim).
 func (o *Outbox) completeOne(ctx context.Context, c ledger.ClaimCompletion) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, ledger.ValidateClaimCompletions([]ledger.ClaimCompletion{c})); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateClaimCompletions([]ledger.ClaimCompletion{c})); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return outboxOut(o.completeClaim(ctx, claimCompletionOf(c)))
@@ -370,25 +371,25 @@ func claimCompletionOf(c ledger.ClaimCompletion) entryCompletion {
 	switch c.Op {
 	case ledger.OpMarkDelivered:
 		ec.op, ec.apply = "mark claim delivered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return e.MarkClaimDelivered(claim, c.Result, now)
+			return storekit.OutboxEntry(e).MarkClaimDelivered(claim, c.Result, now)
 		}
 	case ledger.OpMarkFailed:
 		ec.op, ec.apply = "mark claim failed", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return e.MarkClaimFailed(claim, c.Error, c.NextRetry, now)
+			return storekit.OutboxEntry(e).MarkClaimFailed(claim, c.Error, c.NextRetry, now)
 		}
 	case ledger.OpMarkDeadLettered:
 		ec.op, ec.apply = "mark claim dead lettered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return e.MarkClaimDeadLettered(claim, c.Error, c.Reason, now)
+			return storekit.OutboxEntry(e).MarkClaimDeadLettered(claim, c.Error, c.Reason, now)
 		}
 	case ledger.OpReleaseClaim:
 		reason := c.Reason
 		ec.h.reason = &reason
 		ec.op, ec.apply = "release claim", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return e.ReleaseClaim(claim, now)
+			return storekit.OutboxEntry(e).ReleaseClaim(claim, now)
 		}
 	case ledger.OpSaveClaim:
 		ec.op, ec.apply = "save claim", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return e.SaveClaim(claim, c.Entry, now)
+			return storekit.OutboxEntry(e).SaveClaim(claim, c.Entry, now)
 		}
 	}
 	return ec

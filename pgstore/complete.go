@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time check that the outbox completes claims in batches.
@@ -21,7 +22,7 @@ var _ ledger.ClaimCompleter = (*Outbox)(nil)
 // zero.
 func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion) ([]ledger.OutboxResult, error) {
 	s := o.s
-	if err := s.check(ctx, ledger.ValidateClaimCompletions(cs)); err != nil {
+	if err := s.check(ctx, storekit.ValidateClaimCompletions(cs)); err != nil {
 		return nil, err
 	}
 	results := make([]ledger.OutboxResult, len(cs))

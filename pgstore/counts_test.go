@@ -20,6 +20,7 @@ import (
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/internal/pgtest"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file checks the terminal counts behind Stats and OutboxStats
@@ -94,22 +95,22 @@ func requireStatsMatchRecords(ctx context.Context, t *testing.T, s *pgstore.Stor
 	}
 	for _, now := range nows {
 		for _, f := range filters {
-			want := ledger.NewDeliveryStats()
+			want := storekit.NewDeliveryStats()
 			for i := range all {
 				if (f.Target == "" || all[i].Target == f.Target) && (f.Ceremony == "" || all[i].Ceremony == f.Ceremony) {
-					want.Count(&all[i], now)
+					storekit.CountDelivery(&want, &all[i], now)
 				}
 			}
-			want.Finish(now)
+			storekit.FinishDeliveryStats(&want, now)
 			got, err := s.Stats(ctx, f, now)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "Stats %+v at %s", f, now)
 		}
-		want := ledger.NewOutboxStats()
+		want := storekit.NewOutboxStats()
 		for i := range es {
-			want.Count(&es[i], now)
+			storekit.CountEntry(&want, &es[i], now)
 		}
-		want.Finish(now)
+		storekit.FinishOutboxStats(&want, now)
 		got, err := s.Outbox().OutboxStats(ctx, now)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "OutboxStats at %s", now)
@@ -337,9 +338,9 @@ func TestCountsMatchRecords(t *testing.T) {
 
 	// Purging everything empties the count tables.
 	for {
-		n, err := s.PurgeDeliveries(ctx, ledger.MaxTime(), ledger.MaxLimit)
+		n, err := s.PurgeDeliveries(ctx, storekit.MaxTime(), ledger.MaxLimit)
 		require.NoError(t, err)
-		m, err := s.Outbox().PurgeEntries(ctx, ledger.MaxTime(), ledger.MaxLimit)
+		m, err := s.Outbox().PurgeEntries(ctx, storekit.MaxTime(), ledger.MaxLimit)
 		require.NoError(t, err)
 		if n+m == 0 {
 			break

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds the Ledger methods that enqueue, lease, transition one
@@ -18,7 +19,7 @@ import (
 // when Enqueue returns without error (under WithTx: when the caller
 // commits).
 func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
+	if err := s.check(ctx, storekit.ValidateEnqueue(req, now, s.cfg.maxPayload)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "enqueue", now)
@@ -37,7 +38,7 @@ func (s *Store) Enqueue(ctx context.Context, req ledger.EnqueueRequest, now time
 // result per request, in order, and a request whose ID came earlier in the
 // batch is judged against the record that ID holds.
 func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
+	if err := s.check(ctx, storekit.ValidateEnqueueBatch(reqs, now, s.cfg.maxPayload)); err != nil {
 		return nil, err
 	}
 	now, err := s.decisionTime(ctx, "enqueue batch", now)
@@ -50,7 +51,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 // Lease hands out offerable deliveries (see ledger.Ledger). In one
 // transaction it first applies the incarnation rule (the agent's leases
 // under other incarnations, locked and reclaimed with
-// ledger.Delivery.Reclaim), then grants up to limit deliveries in one
+// storekit.Delivery.Reclaim), then grants up to limit deliveries in one
 // statement that skips rows other callers hold, so two concurrent calls
 // never get the same delivery. Leased comes oldest AvailableAt first,
 // then by ID; Reclaimed in ID order.
@@ -61,7 +62,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 // waiting for a delivery another call holds could join a deadlock with
 // that call's own completion.
 func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (ledger.LeaseResult, error) {
-	if err := s.check(ctx, ledger.ValidateLease(filter, owner, now, duration, limit)); err != nil {
+	if err := s.check(ctx, storekit.ValidateLease(filter, owner, now, duration, limit)); err != nil {
 		return ledger.LeaseResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "lease", now)
@@ -97,10 +98,10 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 			changed, last, more, err := s.sweepBatch(ctx, tx, how{op: ledger.OpReclaim, actor: owner.String()}, counts,
 				s.q.reclaimable, after, []any{owner.Agent, owner.Incarnation},
 				func(d ledger.Delivery) (ledger.Delivery, bool) {
-					if !d.HeldByOtherIncarnation(owner) {
+					if !storekit.Delivery(d).HeldByOtherIncarnation(owner) {
 						return d, false
 					}
-					return d.Reclaim(owner, now), true
+					return storekit.Delivery(d).Reclaim(owner, now), true
 				})
 			if err != nil {
 				return false, err
@@ -132,7 +133,7 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 	return leaseOut(res, nil)
 }
 
-// grant runs the lease statement (leaseTemplate: ledger.Delivery.Grant in
+// grant runs the lease statement (leaseTemplate: storekit.Delivery.Grant in
 // SQL, its history entries written by the same statement), writes the
 // changes of the terminal counts the reclaims before it collected in
 // counts (grants change none), and returns the grants in delivery order.
@@ -140,7 +141,7 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	counts deliveryCounts) ([]ledger.LeasedDelivery, error) {
 	tokens := make([]string, limit)
 	for i := range tokens {
-		tokens[i] = string(ledger.NewToken())
+		tokens[i] = string(storekit.NewToken())
 	}
 	args := []any{now, limit, tokens, owner.Agent, owner.Incarnation, now.Add(duration.Truncate(time.Microsecond)),
 		string(s.q.grantFailure.Kind), s.q.grantFailure.Message, s.q.grantFailure.Permanent,
@@ -186,7 +187,7 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	return out, nil
 }
 
-// grantProbe applies ledger.Delivery.Grant to a Leased delivery whose
+// grantProbe applies storekit.Delivery.Grant to a Leased delivery whose
 // lease ran out, and returns the failure the grant records for the old
 // holder and the reason of the grant's history entry. The lease statement
 // writes exactly these, so that the SQL grant records what the state
@@ -200,11 +201,11 @@ func grantProbe() (ledger.Failure, string) {
 		Policy: ledger.Policy{MaxAttempts: 2},
 		Lease:  &ledger.Lease{DeliveryID: "probe", Seq: 1, ExpiresAt: t},
 	}
-	g, _ := d.Grant(ledger.Owner{Agent: "probe", Incarnation: "probe"}, "probe", t, time.Second)
+	g, _ := storekit.Delivery(d).Grant(ledger.Owner{Agent: "probe", Incarnation: "probe"}, "probe", t, time.Second)
 	if g.LastFailure == nil {
 		return ledger.Failure{}, ""
 	}
-	return *g.LastFailure, ledger.DeliveryTransition(ledger.OpLease, &d, &g, "").Reason
+	return *g.LastFailure, storekit.DeliveryTransition(ledger.OpLease, &d, &g, "").Reason
 }
 
 // agentLockKey is the pg_advisory_xact_lock key that serialises the Lease

@@ -23,6 +23,7 @@ import (
 	"github.com/leaseledger/ledger/internal/pgtest"
 	"github.com/leaseledger/ledger/memstore"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 var (
@@ -419,7 +420,7 @@ func (r *diffRun) findPending(s *diffSide) (any, error) {
 }
 
 func (r *diffRun) findRetryReady(s *diffSide) (any, error) {
-	return s.o.FindRetryReady(r.ctx, ledger.MaxTime(), ledger.MaxLimit)
+	return s.o.FindRetryReady(r.ctx, storekit.MaxTime(), ledger.MaxLimit)
 }
 
 // note remembers what memstore's answer handed out or accepted, to aim

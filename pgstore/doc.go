@@ -40,8 +40,8 @@
 // are one statement each (FOR UPDATE SKIP LOCKED, then UPDATE ...
 // RETURNING), so concurrent callers on any number of machines never get
 // the same record; that statement is the grant transition written in SQL,
-// and a test compares it with ledger.Delivery.Grant and
-// ledger.OutboxEntry.Grant field by field. Sweeps (Expire, ExpireCeremony,
+// and a test compares it with storekit.Delivery.Grant and
+// storekit.OutboxEntry.Grant field by field. Sweeps (Expire, ExpireCeremony,
 // Supersede and Lease's incarnation rule) lock their candidates in ID
 // order in batches of 500 (FOR UPDATE, not SKIP LOCKED: a sweep waits for
 // a row another call holds rather than miss it) and commit each batch on

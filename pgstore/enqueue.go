@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is Enqueue and EnqueueBatch of both contracts. One call is
@@ -116,7 +117,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 	var ids []string
 	for _, req := range reqs {
 		if _, dup := records[req.ID]; !dup {
-			records[req.ID] = ledger.NewDelivery(req, s.cfg.defaults, now)
+			records[req.ID] = storekit.NewDelivery(req, s.cfg.defaults, now)
 			ids = append(ids, string(req.ID))
 		}
 	}
@@ -169,7 +170,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		results = make([]ledger.DeliveryResult, len(reqs))
 		for i, req := range reqs {
 			if d, ok := held[req.ID]; ok {
-				results[i] = ledger.DeliveryResult{Outcome: d.EnqueueAgain(req, s.cfg.defaults), Delivery: d.Clone()}
+				results[i] = ledger.DeliveryResult{Outcome: storekit.Delivery(d).EnqueueAgain(req, s.cfg.defaults), Delivery: d.Clone()}
 				continue
 			}
 			d := records[req.ID]
@@ -198,7 +199,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 	records := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(envs))
 	var order []ledger.OutboxEntryID // distinct IDs in envelope order
 	for _, env := range envs {
-		e := ledger.NewOutboxEntry(env, now)
+		e := storekit.NewOutboxEntry(env, now)
 		if _, dup := records[e.ID]; !dup {
 			records[e.ID] = e
 			order = append(order, e.ID)
@@ -258,7 +259,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		for i, env := range envs {
 			id := ledger.OutboxEntryIDFor(env.IdempotencyKey)
 			if e, ok := held[id]; ok {
-				results[i] = ledger.OutboxResult{Outcome: e.EnqueueAgain(env), Entry: e.Clone()}
+				results[i] = ledger.OutboxResult{Outcome: storekit.OutboxEntry(e).EnqueueAgain(env), Entry: e.Clone()}
 				continue
 			}
 			e := records[id]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/internal/pgtest"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file proves that a bounded enqueue never reads the target's rows:
@@ -68,7 +69,7 @@ func TestExplainBoundedQueueReadsOnlyTheQueue(t *testing.T) {
 	limit := explainBound + ledger.MaxLimit
 	states := []string{string(ledger.DeliveryStateFailed), string(ledger.DeliveryStateExpired)}
 	statuses := []string{string(ledger.OutboxStatusFailed), string(ledger.OutboxStatusDeadLettered)}
-	from := redriveArgs(ledger.RedrivePosition{}, explainT0, states, []string{"bounded"}, 100)
+	from := redriveArgs(storekit.RedrivePosition{}, explainT0, states, []string{"bounded"}, 100)
 	cases := []struct {
 		name, sql string
 		args      []any
@@ -78,7 +79,7 @@ func TestExplainBoundedQueueReadsOnlyTheQueue(t *testing.T) {
 		{"QueueLength", q.queueLength, []any{"bounded", limit}, "deliveries", "deliveries_offerable_target_idx"},
 		{"OldestOffered", q.oldestOffered, []any{"bounded", 5}, "deliveries", "deliveries_offerable_target_idx"},
 		{"RedrivableDeliveries", q.redrivableDeliveries, from, "deliveries", "deliveries_ended_idx"},
-		{"RedrivableEntries", q.redrivableEntries, redriveArgs(ledger.RedrivePosition{}, explainT0, statuses, nil, 100), "outbox_entries", "outbox_entries_ended_idx"},
+		{"RedrivableEntries", q.redrivableEntries, redriveArgs(storekit.RedrivePosition{}, explainT0, statuses, nil, 100), "outbox_entries", "outbox_entries_ended_idx"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/internal/pgtest"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file proves that every hot query is served by an index: on tables
@@ -126,7 +127,7 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		{"EntryHistory", q.entryHistory, []any{"done-00000042"}, "outbox_entry_history"},
 		{"ListEntriesByKey", q.browse.listEntriesByKey, []any{"", []string{}, []string{}, 51,
 			string(ledger.OutboxEntryIDFor("key-42")), "key-42"}, "outbox_entries"},
-		{"RedriveEntriesByKey", q.redrivableEntriesByKey, append(redriveArgs(ledger.RedrivePosition{}, entryCutoff(time.Time{}),
+		{"RedriveEntriesByKey", q.redrivableEntriesByKey, append(redriveArgs(storekit.RedrivePosition{}, entryCutoff(time.Time{}),
 			[]string{"failed", "dead_lettered"}, nil, 100), string(ledger.OutboxEntryIDFor("key-42")), "key-42"), "outbox_entries"},
 	}
 	// The control: an unindexed predicate over the same data must show up

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is what a group of completions (group.go) does in its one
@@ -393,7 +394,7 @@ func (s *Store) runDeliveryGroup(ctx context.Context, ms []*groupMember[delivery
 				c.h = c.thenHow
 			}
 			if c.fence != nil {
-				fences[string(d.Target)] = ledger.RaiseFence(highest, c.fence)
+				fences[string(d.Target)] = storekit.RaiseFence(highest, c.fence)
 			}
 			results[i] = ledger.DeliveryResult{Outcome: outcome, Delivery: records.apply(changeOf(c.h, d, next))}
 		}

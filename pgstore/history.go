@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores record history.
@@ -17,7 +18,7 @@ var (
 
 // This file records and reads the history of records (see
 // migrations/0005_history_and_counts.sql). Every entry is built in Go by
-// the root package (ledger.DeliveryTransition, ledger.EntryTransition)
+// the root package (storekit.DeliveryTransition, storekit.EntryTransition)
 // from the record before and after the change, so that both stores write
 // the same histories, and inserted in the transaction of the change:
 // queued in the pgx.Batch that writes the records back (one multi-row
@@ -69,7 +70,7 @@ func changeOf(h how, before, after ledger.Delivery) deliveryChange {
 	if h.holder && before.Lease != nil {
 		actor = before.Lease.Owner.String()
 	}
-	t := ledger.DeliveryTransition(h.op, &before, &after, actor)
+	t := storekit.DeliveryTransition(h.op, &before, &after, actor)
 	t.Seq = after.Version
 	if h.reason != nil {
 		t.Reason = *h.reason
@@ -82,7 +83,7 @@ type entryChange = change[ledger.OutboxEntry]
 
 // entryChangeOf is changeOf for outbox entries.
 func entryChangeOf(h how, before, after ledger.OutboxEntry) entryChange {
-	t := ledger.EntryTransition(h.op, &before, &after, h.actor)
+	t := storekit.EntryTransition(h.op, &before, &after, h.actor)
 	t.Seq = after.Version
 	if h.reason != nil {
 		t.Reason = *h.reason
@@ -91,7 +92,7 @@ func entryChangeOf(h how, before, after ledger.OutboxEntry) entryChange {
 }
 
 // impliedCreation is the history entry of the creation of a record
-// created in state first at created: ledger.DeliveryTransition (or
+// created in state first at created: storekit.DeliveryTransition (or
 // EntryTransition) of OpEnqueue for the new record, numbered 1, which
 // Enqueue does not store when history is on (migrations/0008). Every
 // enqueue creates its record at version 1 in its first state, so the
@@ -135,7 +136,7 @@ func (h *historyRows) queue(b *pgx.Batch, sql string) {
 // Errors: ErrInvalid for a malformed ID, ErrNotFound for an unknown (or
 // purged) one, ctx.Err(), and database errors wrapped with the operation.
 func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Transition, error) {
-	if err := s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := s.check(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return nil, err
 	}
 	return s.history(ctx, "history", s.q.deliveryHistory, string(id), string(ledger.DeliveryStateOffered))
@@ -144,7 +145,7 @@ func (s *Store) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Tra
 // EntryHistory returns the transitions of outbox entry id, oldest first,
 // as Store.History does for deliveries.
 func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]ledger.Transition, error) {
-	if err := o.s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := o.s.check(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return nil, err
 	}
 	return o.s.history(ctx, "entry history", o.s.q.entryHistory, string(id), string(ledger.OutboxStatusPending))

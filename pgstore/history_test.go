@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // historyRows counts the rows of a history table ("delivery_history" or
@@ -312,10 +313,10 @@ func TestHistoryGoesWithThePurge(t *testing.T) {
 	s, pool := newStore(t, fixedClock(t0))
 	ctx := testContext(t)
 	ids, entries := exercise(ctx, t, s)
-	n, err := s.PurgeDeliveries(ctx, ledger.MaxTime(), ledger.MaxLimit)
+	n, err := s.PurgeDeliveries(ctx, storekit.MaxTime(), ledger.MaxLimit)
 	require.NoError(t, err)
 	require.Positive(t, n)
-	m, err := s.Outbox().PurgeEntries(ctx, ledger.MaxTime(), ledger.MaxLimit)
+	m, err := s.Outbox().PurgeEntries(ctx, storekit.MaxTime(), ledger.MaxLimit)
 	require.NoError(t, err)
 	require.Positive(t, m)
 	kept := 0

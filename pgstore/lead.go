@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores keep leads.
@@ -19,7 +20,7 @@ var (
 // This file holds the leadership leases of ledger.Elector, in the table
 // of migrations/0009_leads.sql. Each call is one short transaction that
 // locks the lead's row (FOR UPDATE), applies the root package's
-// transition (ledger.Lead.Take, Renew, Release) in Go and writes the row
+// transition (storekit.Lead.Take, Renew, Release) in Go and writes the row
 // back only when it applied; a take first reads the row without a lock
 // and answers at once when the lead is held. Nothing is held between calls: a holder
 // that dies leaves a row whose expiry passes. The statements sit here
@@ -65,7 +66,7 @@ func leadArgs(l ledger.Lead) []any {
 }
 
 // TakeLead makes holder the holder of the lead name until now+ttl when
-// nobody holds it at now (ledger.Lead.Take): OutcomeApplied, with a new
+// nobody holds it at now (storekit.Lead.Take): OutcomeApplied, with a new
 // term and token. A lead held at now answers OutcomeWrongOwner with the
 // lead as it stands, without its token, and writes nothing. Concurrent
 // takes of one name are serialised on its row, so only one applies.
@@ -73,7 +74,7 @@ func leadArgs(l ledger.Lead) []any {
 // Errors: ErrInvalid, ctx.Err(), ErrNotMigrated, and database errors
 // wrapped with the operation name.
 func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
-	if err := s.check(ctx, ledger.ValidateTakeLead(name, holder, now, ttl)); err != nil {
+	if err := s.check(ctx, storekit.ValidateTakeLead(name, holder, now, ttl)); err != nil {
 		return ledger.LeadResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "take lead", now)
@@ -81,7 +82,7 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 		return ledger.LeadResult{}, err
 	}
 	q := newLeadSQL(s.cfg.schema)
-	token := ledger.NewToken()
+	token := storekit.NewToken()
 	// A lead held at now answers WrongOwner whatever happens after, so a
 	// take first reads the row without a lock: of a fleet's sweepers,
 	// all but the leader find it held at every sweep, and they neither
@@ -96,7 +97,7 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 		if err != nil {
 			return err
 		}
-		if _, out := cur.Take(holder, token, now, ttl); out != ledger.OutcomeApplied {
+		if _, out := storekit.Lead(cur).Take(holder, token, now, ttl); out != ledger.OutcomeApplied {
 			held = ledger.LeadResult{Outcome: out, Lead: cur.Public()}
 		}
 		return nil
@@ -115,7 +116,7 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 		for range 2 {
 			cur, err := scanLead(tx.QueryRow(ctx, q.lock, name))
 			if noRows(err) {
-				next, out := ledger.Lead{Name: name}.Take(holder, token, now, ttl)
+				next, out := storekit.Lead{Name: name}.Take(holder, token, now, ttl)
 				tag, err := tx.Exec(ctx, q.insert, leadArgs(next)...)
 				if err != nil {
 					return false, err
@@ -129,7 +130,7 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 			if err != nil {
 				return false, err
 			}
-			next, out := cur.Take(holder, token, now, ttl)
+			next, out := storekit.Lead(cur).Take(holder, token, now, ttl)
 			if out != ledger.OutcomeApplied {
 				res = ledger.LeadResult{Outcome: out, Lead: cur.Public()}
 				return false, nil
@@ -146,28 +147,28 @@ func (s *Store) TakeLead(ctx context.Context, name, holder string, now time.Time
 }
 
 // RenewLead moves the expiry of the lead in force to now+ttl
-// (ledger.Lead.Renew). Outcomes: Applied, NotFound, LeaseLost,
+// (storekit.Lead.Renew). Outcomes: Applied, NotFound, LeaseLost,
 // LeaseExpired; a call that does not apply writes nothing. Errors as
 // TakeLead.
 func (s *Store) RenewLead(ctx context.Context, lead ledger.Lead, now time.Time, ttl time.Duration) (ledger.LeadResult, error) {
-	if err := s.check(ctx, ledger.ValidateRenewLead(lead, now, ttl)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRenewLead(lead, now, ttl)); err != nil {
 		return ledger.LeadResult{}, err
 	}
 	return s.leadTransition(ctx, "renew lead", lead.Name, now, func(cur ledger.Lead, now time.Time) (ledger.Lead, ledger.Outcome) {
-		return cur.Renew(lead, now, ttl)
+		return storekit.Lead(cur).Renew(lead, now, ttl)
 	})
 }
 
-// ReleaseLead gives the lead up at now (ledger.Lead.Release), so that
+// ReleaseLead gives the lead up at now (storekit.Lead.Release), so that
 // another holder can take it at once. Outcomes: Applied, NotFound,
 // LeaseLost, LeaseExpired; a call that does not apply writes nothing.
 // Errors as TakeLead.
 func (s *Store) ReleaseLead(ctx context.Context, lead ledger.Lead, now time.Time) (ledger.LeadResult, error) {
-	if err := s.check(ctx, ledger.ValidateReleaseLead(lead, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateReleaseLead(lead, now)); err != nil {
 		return ledger.LeadResult{}, err
 	}
 	res, err := s.leadTransition(ctx, "release lead", lead.Name, now, func(cur ledger.Lead, now time.Time) (ledger.Lead, ledger.Outcome) {
-		return cur.Release(lead, now)
+		return storekit.Lead(cur).Release(lead, now)
 	})
 	res.Lead = res.Lead.Public() // a lead given up is no capability any more
 	return res, err
@@ -176,7 +177,7 @@ func (s *Store) ReleaseLead(ctx context.Context, lead ledger.Lead, now time.Time
 // GetLead returns the lead name without its token, or ErrNotFound when it
 // was never taken.
 func (s *Store) GetLead(ctx context.Context, name string) (ledger.Lead, error) {
-	if err := s.check(ctx, ledger.ValidateGetLead(name)); err != nil {
+	if err := s.check(ctx, storekit.ValidateGetLead(name)); err != nil {
 		return ledger.Lead{}, err
 	}
 	var l ledger.Lead

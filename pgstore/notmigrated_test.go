@@ -14,6 +14,7 @@ import (
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/internal/pgtest"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // TestNotMigratedIsASentinel checks that a store whose schema was never
@@ -26,7 +27,7 @@ func TestNotMigratedIsASentinel(t *testing.T) {
 	empty, err := pgstore.New(pool, pgstore.WithSchema(pgtest.Schema(t, pool)))
 	require.NoError(t, err)
 	// A name no test makes: the schema itself is missing.
-	missing, err := pgstore.New(pool, pgstore.WithSchema("never_migrated_"+string(ledger.NewToken())[:8]))
+	missing, err := pgstore.New(pool, pgstore.WithSchema("never_migrated_"+string(storekit.NewToken())[:8]))
 	require.NoError(t, err)
 	owner := ledger.Owner{Agent: "a", Incarnation: "i"}
 	for name, s := range map[string]*pgstore.Store{"empty schema": empty, "missing schema": missing} {

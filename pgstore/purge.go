@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores offer retention.
@@ -21,7 +22,7 @@ var (
 // history rows in %[2]s, and returns the columns %[3]s of the deleted
 // rows, from which the caller takes them off the terminal counts. ended_at
 // IS NOT NULL is ledger's Terminal (a CHECK constraint ties the two), so
-// the predicate mirrors Delivery.Purgeable and OutboxEntry.Purgeable, and
+// the predicate mirrors storekit.Delivery.Purgeable and storekit.OutboxEntry.Purgeable, and
 // it matches the partial indexes of migrations/0004_purge_index.sql. SKIP
 // LOCKED leaves a row another call holds to the next purge rather than
 // waiting for it: a purge is retention, never urgent, and must not stall
@@ -65,7 +66,7 @@ func purgeEntriesSQL(schema string) string {
 }
 
 // PurgeDeliveries deletes up to limit terminal deliveries that ended before
-// olderThan (ledger.Delivery.Purgeable), oldest EndedAt first, then by ID,
+// olderThan (storekit.Delivery.Purgeable), oldest EndedAt first, then by ID,
 // in one transaction, and returns how many it deleted. Their history goes
 // with them, and they are taken off the counts behind Stats. Open
 // deliveries are never deleted, whatever their age, and the per-target
@@ -76,7 +77,7 @@ func purgeEntriesSQL(schema string) string {
 // olderThan, or limit outside 1..ledger.MaxLimit), ctx.Err(), and
 // database errors wrapped with the operation name.
 func (s *Store) PurgeDeliveries(ctx context.Context, olderThan time.Time, limit int) (int, error) {
-	if err := s.check(ctx, ledger.ValidatePurge(olderThan, limit)); err != nil {
+	if err := s.check(ctx, storekit.ValidatePurge(olderThan, limit)); err != nil {
 		return 0, err
 	}
 	return s.purge(ctx, "purge deliveries", purgeDeliveriesSQL(s.cfg.schema), olderThan, limit,
@@ -106,14 +107,14 @@ func (s *Store) PurgeDeliveries(ctx context.Context, olderThan time.Time, limit 
 }
 
 // PurgeEntries deletes up to limit terminal outbox entries that ended
-// before olderThan (ledger.OutboxEntry.Purgeable), oldest EndedAt first,
+// before olderThan (storekit.OutboxEntry.Purgeable), oldest EndedAt first,
 // then by ID, as Store.PurgeDeliveries does, and returns how many it
 // deleted. Open entries, claimed or not, are never deleted. A purged
 // idempotency key is free again: a later Enqueue of it creates a new
 // entry, with a new place in the enqueue order. Errors as
 // Store.PurgeDeliveries.
 func (o *Outbox) PurgeEntries(ctx context.Context, olderThan time.Time, limit int) (int, error) {
-	if err := o.s.check(ctx, ledger.ValidatePurge(olderThan, limit)); err != nil {
+	if err := o.s.check(ctx, storekit.ValidatePurge(olderThan, limit)); err != nil {
 		return 0, err
 	}
 	s := o.s

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // countEndedSQL counts the rows of table %s that ended before $1: what a
@@ -18,7 +19,7 @@ const countEndedSQL = "SELECT count(*) FROM %s WHERE ended_at IS NOT NULL AND en
 
 // CountPurgeable returns how many deliveries PurgeDeliveries with
 // olderThan would delete, called until it deletes no more: the terminal
-// deliveries that ended before olderThan (ledger.Delivery.Purgeable). It
+// deliveries that ended before olderThan (storekit.Delivery.Purgeable). It
 // deletes nothing; it answers a dry run (ledgerctl purge -dry-run).
 // Errors: ErrInvalid for a zero olderThan, ctx.Err(), and database errors
 // wrapped with the operation.
@@ -33,7 +34,7 @@ func (o *Outbox) CountPurgeable(ctx context.Context, olderThan time.Time) (int64
 }
 
 func (s *Store) countEnded(ctx context.Context, op, table string, olderThan time.Time) (int64, error) {
-	if err := s.check(ctx, ledger.ValidateTime("older than", olderThan)); err != nil {
+	if err := s.check(ctx, storekit.ValidateTime("older than", olderThan)); err != nil {
 		return 0, err
 	}
 	sql := countSQL(s.cfg.schema, table)

@@ -146,7 +146,7 @@ const pairTokens = `), granted AS (
 // One statement instead of an UPDATE, a read-back of the old values and
 // an INSERT of the history: a lease's cost is then one round trip and
 // the rows it writes, and a batch of 100 costs little more than a batch
-// of 1. The history entry is ledger.DeliveryTransition of a grant, whose
+// of 1. The history entry is storekit.DeliveryTransition of a grant, whose
 // only varying parts are the state the record was in and, for a grant
 // over an expired lease, the reason, probed from the state machine (see
 // leaseReason). Parameters beside deliveryGrantSet's: $10 the operation,
@@ -213,7 +213,7 @@ func claimPicks(table string, n int, src claimSource) (ctes, union string) {
 // each paired with a token of $3, the history entries written by the same
 // statement when $8 is true, and the claimed entries (%[4]s) returned in
 // order %[7]s, which a claim does not change. A claim changes neither the
-// status nor the last error, so its entry (ledger.EntryTransition) goes
+// status nor the last error, so its entry (storekit.EntryTransition) goes
 // from the status to itself and has no reason. Parameters beside
 // outboxGrantSet's: $6 the operation, $7 the outcome, $8 whether history
 // is on; the actor is the worker, $4. %[1]s is the table, %[5]s its columns

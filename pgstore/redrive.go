@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores redrive.
@@ -33,7 +34,7 @@ var (
 // Repeated, WrongState, Conflict. Errors: ErrInvalid, ctx.Err(), database
 // errors wrapped with the operation.
 func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time.Time) (ledger.RedriveResult, error) {
-	if err := s.check(ctx, ledger.ValidateRedrive(req, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRedrive(req, now)); err != nil {
 		return ledger.RedriveResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "redrive", now)
@@ -71,7 +72,7 @@ func (s *Store) Redrive(ctx context.Context, req ledger.RedriveRequest, now time
 // grows with the ended records it passes over, of every state and target,
 // and not only with those it redrives. Errors as Redrive.
 func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now time.Time) (ledger.RedriveBatch, error) {
-	after, verr := ledger.ValidateRedriveQuery(q, now)
+	after, verr := storekit.ValidateRedriveQuery(q, now)
 	if err := s.check(ctx, verr); err != nil {
 		return ledger.RedriveBatch{}, err
 	}
@@ -107,7 +108,7 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 		}
 		if len(ds) == q.Limit {
 			last := ds[len(ds)-1]
-			batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
+			batch.Next = storekit.EncodeRedriveCursor(storekit.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
 		}
 		if batch.Results, err = s.redrive(ctx, tx, ds, "", now); err != nil {
 			return false, err
@@ -123,10 +124,10 @@ func (s *Store) RedriveMatching(ctx context.Context, q ledger.RedriveQuery, now 
 // redriveArgs are the parameters of the redrivable statements: what ended
 // after the position after and before the cutoff (see
 // ledger.RedriveQuery.Cutoff).
-func redriveArgs(after ledger.RedrivePosition, cutoff time.Time, states, filter []string, limit int) []any {
+func redriveArgs(after storekit.RedrivePosition, cutoff time.Time, states, filter []string, limit int) []any {
 	from := after.EndedAt
 	if from.IsZero() {
-		from = ledger.MinTime() // every ended_at is at or after it, every ID after ""
+		from = storekit.MinTime() // every ended_at is at or after it, every ID after ""
 	}
 	if filter == nil {
 		filter = []string{} // NULL would match nothing
@@ -142,7 +143,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 	}
 	ids := make([]string, len(ds))
 	for i, d := range ds {
-		ids[i] = string(d.RedriveAs(newID))
+		ids[i] = string(storekit.Delivery(d).RedriveAs(newID))
 	}
 	rows, err := tx.Query(ctx, s.q.deliveriesByID, ids)
 	if err != nil {
@@ -166,7 +167,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 	)
 	for i, d := range ds {
 		e, taken := existing[ledger.DeliveryID(ids[i])]
-		orig, fresh, o := d.Redrive(newID, taken, now)
+		orig, fresh, o := storekit.Delivery(d).Redrive(newID, taken, now)
 		results[i] = ledger.RedriveResult{Outcome: o, Original: orig}
 		switch o {
 		case ledger.OutcomeRepeated:
@@ -181,7 +182,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 			at[fresh.ID] = i
 			newTargs = append(newTargs, fresh.Target)
 			if !s.cfg.noHistory {
-				hist.add(string(fresh.ID), ledger.DeliveryCreation(&fresh))
+				hist.add(string(fresh.ID), storekit.DeliveryCreation(&fresh))
 			}
 		}
 	}
@@ -245,7 +246,7 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 // operation.
 func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryRequest) (ledger.RedriveEntryResult, error) {
 	s := o.s
-	if err := s.check(ctx, ledger.ValidateRedriveEntry(req)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRedriveEntry(req)); err != nil {
 		return ledger.RedriveEntryResult{}, err
 	}
 	now := ledger.Normalize(s.cfg.clock())
@@ -278,7 +279,7 @@ func (o *Outbox) RedriveEntry(ctx context.Context, req ledger.RedriveEntryReques
 // reading them as RedriveMatching does. Errors as RedriveEntry.
 func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEntryQuery) (ledger.RedriveEntryBatch, error) {
 	s := o.s
-	after, verr := ledger.ValidateRedriveEntryQuery(q)
+	after, verr := storekit.ValidateRedriveEntryQuery(q)
 	if err := s.check(ctx, verr); err != nil {
 		return ledger.RedriveEntryBatch{}, err
 	}
@@ -311,7 +312,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 		}
 		if len(es) == q.Limit {
 			last := es[len(es)-1]
-			batch.Next = ledger.EncodeRedriveCursor(ledger.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
+			batch.Next = storekit.EncodeRedriveCursor(storekit.RedrivePosition{EndedAt: last.EndedAt, ID: string(last.ID)})
 		}
 		if batch.Results, err = o.redrive(ctx, tx, es, "", now); err != nil {
 			return false, err
@@ -328,7 +329,7 @@ func (o *Outbox) RedriveEntriesMatching(ctx context.Context, q ledger.RedriveEnt
 // none (see ledger.RedriveEntryQuery.Matches).
 func entryCutoff(endedBefore time.Time) time.Time {
 	if endedBefore.IsZero() {
-		return ledger.MaxTime().Add(time.Microsecond) // after every ended_at
+		return storekit.MaxTime().Add(time.Microsecond) // after every ended_at
 	}
 	return endedBefore
 }
@@ -342,7 +343,7 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 	}
 	ids := make([]string, len(es))
 	for i, e := range es {
-		ids[i] = string(e.RedriveAs(key))
+		ids[i] = string(storekit.OutboxEntry(e).RedriveAs(key))
 	}
 	rows, err := tx.Query(ctx, s.q.entriesByID, ids)
 	if err != nil {
@@ -362,7 +363,7 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 	var updates int
 	for i, e := range es {
 		ex, taken := existing[ledger.OutboxEntryID(ids[i])]
-		orig, fresh, out := e.Redrive(key, taken, now)
+		orig, fresh, out := storekit.OutboxEntry(e).Redrive(key, taken, now)
 		results[i] = ledger.RedriveEntryResult{Outcome: out, Original: orig}
 		switch out {
 		case ledger.OutcomeRepeated:
@@ -388,7 +389,7 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 			b.Queue(s.q.updateEntry, updateArgs(e.Version, pointers(or.columns()))...)
 			updates++
 			if !s.cfg.noHistory {
-				hist.add(string(fresh.ID), ledger.EntryCreation(&fresh))
+				hist.add(string(fresh.ID), storekit.EntryCreation(&fresh))
 				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, e, orig).t)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that the stores implement the heartbeat contracts.
@@ -17,14 +18,14 @@ var (
 
 // RenewLease moves the expiry of the lease in force to now+duration,
 // keeping its token and sequence number (see ledger.Renewer and
-// ledger.Delivery.Renew). It is one transaction on the locked row, like
+// storekit.Delivery.Renew). It is one transaction on the locked row, like
 // every single-delivery transition; available_at moves with
 // lease_expires_at, so Lease does not hand the delivery to anyone else
 // before the new expiry and Expire does not sweep it before then.
 // Outcomes: Applied, NotFound, Ended, LeaseLost, WrongState, LeaseExpired.
 // A call that does not apply writes nothing.
 func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Time, duration time.Duration) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateRenewLease(lease, now, duration)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRenewLease(lease, now, duration)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "renew lease", now)
@@ -33,14 +34,14 @@ func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Tim
 	}
 	now = ledger.Normalize(now)
 	return deliveryOut(s.transition(ctx, "renew lease", how{op: ledger.OpRenewLease, actor: lease.Owner.String()}, lease.DeliveryID, func(_ pgx.Tx, d ledger.Delivery) (ledger.Delivery, ledger.Outcome, error) {
-		d, o := d.Renew(lease, now, duration)
+		d, o := storekit.Delivery(d).Renew(lease, now, duration)
 		return d, o, nil
 	}))
 }
 
 // RenewClaim moves the expiry of the claim in force to now+duration,
 // keeping its token and sequence number (see ledger.ClaimRenewer and
-// ledger.OutboxEntry.RenewClaim). Unlike the claim completions it is
+// storekit.OutboxEntry.RenewClaim). Unlike the claim completions it is
 // stamped with the caller's now, not the clock option: the decision (is
 // the claim still in force?) is made at that now, and a store never reads
 // its clock in a call that carries one. Outcomes: Applied, NotFound,
@@ -48,7 +49,7 @@ func (s *Store) RenewLease(ctx context.Context, lease ledger.Lease, now time.Tim
 // nothing.
 func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Time, duration time.Duration) (ledger.OutboxResult, error) {
 	s := o.s
-	if err := s.check(ctx, ledger.ValidateRenewClaim(claim, now, duration)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRenewClaim(claim, now, duration)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "renew claim", now)
@@ -67,7 +68,7 @@ func (o *Outbox) RenewClaim(ctx context.Context, claim ledger.Claim, now time.Ti
 		if err != nil {
 			return false, err
 		}
-		e, outcome := old.RenewClaim(claim, now, duration)
+		e, outcome := storekit.OutboxEntry(old).RenewClaim(claim, now, duration)
 		if outcome != ledger.OutcomeApplied {
 			res = ledger.OutboxResult{Outcome: outcome, Entry: old}
 			return false, nil

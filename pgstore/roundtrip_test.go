@@ -8,6 +8,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/memstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // These tests hold pgstore to the root state machine and to memstore field
@@ -68,7 +69,7 @@ func TestLeaseGrantMatchesStateMachine(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, lr.Leased, 1)
 		got := lr.Leased[0]
-		want, lease := before.Grant(owner, got.Lease.Token, now, dur)
+		want, lease := storekit.Delivery(before).Grant(owner, got.Lease.Token, now, dur)
 		require.NotEmpty(t, got.Lease.Token)
 		require.Equal(t, lease, got.Lease, "the grantee's lease, token and all")
 		require.Equal(t, want.Redacted(), got.Delivery, "the record as the state machine grants it, without the token")
@@ -77,7 +78,7 @@ func TestLeaseGrantMatchesStateMachine(t *testing.T) {
 		require.Equal(t, want.Redacted(), stored)
 		// The history entry is the one the root package makes from the
 		// records before and after, though the statement wrote it in SQL.
-		entry := ledger.DeliveryTransition(ledger.OpLease, &before, &want, owner.String())
+		entry := storekit.DeliveryTransition(ledger.OpLease, &before, &want, owner.String())
 		entry.Seq = want.Version
 		h, err := s.History(ctx, "d1")
 		require.NoError(t, err)
@@ -114,14 +115,14 @@ func TestClaimGrantMatchesStateMachine(t *testing.T) {
 		cs, err := claim(ledger.ClaimRequest{Worker: "w", Now: now, LeaseDuration: time.Minute + 7, Limit: 3})
 		require.NoError(t, err)
 		require.Len(t, cs, 1)
-		want, c := before.Grant("w", cs[0].Claim.Token, now, time.Minute+7)
+		want, c := storekit.OutboxEntry(before).Grant("w", cs[0].Claim.Token, now, time.Minute+7)
 		require.NotEmpty(t, cs[0].Claim.Token)
 		require.Equal(t, c, cs[0].Claim, "the worker's claim, token and all")
 		require.Equal(t, want.Redacted(), cs[0].Entry, "the entry as the state machine claims it, without the token")
 		stored, err := o.FindByID(ctx, er.Entry.ID)
 		require.NoError(t, err)
 		require.Equal(t, want.Redacted(), stored)
-		entry := ledger.EntryTransition(ledger.OpClaim, &before, &want, "w")
+		entry := storekit.EntryTransition(ledger.OpClaim, &before, &want, "w")
 		entry.Seq = want.Version
 		h, err := o.EntryHistory(ctx, er.Entry.ID)
 		require.NoError(t, err)

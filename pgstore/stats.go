@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that both stores count.
@@ -56,7 +57,7 @@ func (k deliveryCountKey) compare(o deliveryCountKey) int {
 type deliveryCounts map[deliveryCountKey]int64
 
 // add counts d n times, when d is terminal: in its state and, when it
-// expired with a cause, the cause's kind, as ledger.DeliveryStats.Count
+// expired with a cause, the cause's kind, as storekit.CountDelivery
 // counts it.
 func (c deliveryCounts) add(d *ledger.Delivery, n int64) {
 	if !d.State.Terminal() {
@@ -153,14 +154,14 @@ func (c outboxCounts) queue(b *pgx.Batch, q *queries, dropZeros bool) {
 // cost does not grow with the terminal deliveries: the open ones are
 // counted through the partial indexes on open rows (the queue, Depth and
 // OldestAvailableAt overall and by target, through the lease statement's
-// own index, with its predicate, ledger.Delivery.Offerable, grouped by
+// own index, with its predicate, storekit.Delivery.Offerable, grouped by
 // target), the terminal ones read from
 // delivery_counts. Without a filter, or with a ceremony only, it sums
 // every count row of the deliveries' (target, ceremony) pairs, of which
 // there are at most 16 per pair, state and cause. Errors: ErrInvalid,
 // ctx.Err(), and database errors wrapped with the operation name.
 func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.Time) (ledger.DeliveryStats, error) {
-	if err := s.check(ctx, ledger.ValidateStats(filter, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateStats(filter, now)); err != nil {
 		return ledger.DeliveryStats{}, err
 	}
 	now, err := s.decisionTime(ctx, "stats", now)
@@ -189,7 +190,7 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 		if len(depths) != len(targets) || len(oldests) != len(targets) {
 			return fmt.Errorf("queue of %d targets with %d depths and %d oldest times", len(targets), len(depths), len(oldests))
 		}
-		st = ledger.NewDeliveryStats()
+		st = storekit.NewDeliveryStats()
 		st.ByState[ledger.DeliveryStateOffered] = offeredOrLeased - leased
 		st.ByState[ledger.DeliveryStateLeased] = leased
 		st.ByState[ledger.DeliveryStateAcknowledged] = acknowledged
@@ -200,9 +201,9 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 			}
 		}
 		for i, target := range targets {
-			st.AddQueue(ledger.Target(target), depths[i], oldests[i].UTC())
+			storekit.AddDeliveryQueue(&st, ledger.Target(target), depths[i], oldests[i].UTC())
 		}
-		st.Finish(now)
+		storekit.FinishDeliveryStats(&st, now)
 		return nil
 	})
 	if err != nil {
@@ -218,7 +219,7 @@ func (s *Store) Stats(ctx context.Context, filter ledger.StatsFilter, now time.T
 // most 16 rows per status). Errors as Store.Stats.
 func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
 	s := o.s
-	if err := s.check(ctx, ledger.ValidateOutboxStats(now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateOutboxStats(now)); err != nil {
 		return ledger.OutboxStats{}, err
 	}
 	now, err := o.s.decisionTime(ctx, "outbox stats", now)
@@ -239,7 +240,7 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 		if len(depths) != len(providers) || len(oldests) != len(providers) {
 			return fmt.Errorf("queue of %d providers with %d depths and %d oldest times", len(providers), len(depths), len(oldests))
 		}
-		st = ledger.NewOutboxStats()
+		st = storekit.NewOutboxStats()
 		st.ByStatus[ledger.OutboxStatusPending] = pending
 		st.ByStatus[ledger.OutboxStatusRetryScheduled] = scheduled - deferred
 		st.ByStatus[ledger.OutboxStatusDeferred] = deferred
@@ -247,9 +248,9 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 			st.ByStatus[ledger.OutboxStatus(status)] += totals[i]
 		}
 		for i, provider := range providers {
-			st.AddQueue(provider, depths[i], oldests[i].UTC())
+			storekit.AddOutboxQueue(&st, provider, depths[i], oldests[i].UTC())
 		}
-		st.Finish(now)
+		storekit.FinishOutboxStats(&st, now)
 		return nil
 	})
 	if err != nil {
@@ -290,7 +291,7 @@ FROM (SELECT coalesce(array_agg(target), '{}'), coalesce(array_agg(n), '{}'), co
 // queue is counted by provider, in arrays of one element per provider
 // with something due, from the same three indexes: the unclaimed pending
 // entries, the unclaimed scheduled ones due at now, and the claimed ones
-// whose claim ran out. An entry's due time is ledger.OutboxEntry.DueAt:
+// whose claim ran out. An entry's due time is storekit.OutboxEntry.DueAt:
 // its creation (pending) or next attempt (scheduled), or the expiry of a
 // claim on it that ran out, if later.
 const outboxStatsTemplate = `SELECT

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Compile-time checks that the stores implement both contracts.
@@ -283,7 +284,7 @@ func (o *Outbox) WithTx(tx pgx.Tx) *Outbox { return o.s.WithTx(tx).Outbox() }
 // check runs the checks every exported method makes first: a non-nil
 // context, a usable database handle, then the call's own validation.
 func (s *Store) check(ctx context.Context, errs ...error) error {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return err
 	}
 	if s.db == nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds the sweeps: Expire, ExpireCeremony and Supersede (and
@@ -87,11 +88,11 @@ func (s *Store) sweep(ctx context.Context, op string, h how, query string, args 
 }
 
 // Expire sweeps what has run out at now (see ledger.Ledger), applying
-// ledger.Delivery.Expire to every Leased delivery whose lease expired and
+// storekit.Delivery.Expire to every Leased delivery whose lease expired and
 // every Acknowledged one past its deadline. Changed lists them in ID order.
 // It commits in batches; see the package documentation.
 func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, error) {
-	if err := s.check(ctx, ledger.ValidateExpire(now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateExpire(now)); err != nil {
 		return ledger.SweepResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "expire", now)
@@ -100,16 +101,16 @@ func (s *Store) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, 
 	}
 	now = ledger.Normalize(now)
 	changed, err := s.sweep(ctx, "expire", how{op: ledger.OpExpire}, s.q.expirable, []any{now}, func(d ledger.Delivery) (ledger.Delivery, bool) {
-		return d.Expire(now)
+		return storekit.Delivery(d).Expire(now)
 	})
 	return ledger.SweepResult{Changed: changed}, err
 }
 
 // ExpireCeremony ends every open delivery of the ceremony as Expired with
-// cause (see ledger.Ledger), applying ledger.Delivery.Abandon to each.
+// cause (see ledger.Ledger), applying storekit.Delivery.Abandon to each.
 // Changed lists them in ID order.
 func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) (ledger.SweepResult, error) {
-	if err := s.check(ctx, ledger.ValidateExpireCeremony(ceremony, cause, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateExpireCeremony(ceremony, cause, now)); err != nil {
 		return ledger.SweepResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "expire ceremony", now)
@@ -118,7 +119,7 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 	}
 	now = ledger.Normalize(now)
 	changed, err := s.sweep(ctx, "expire ceremony", how{op: ledger.OpExpireCeremony, actor: ledger.ActorFrom(ctx)}, s.q.ceremonyOpen, []any{string(ceremony)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
-		nd, o := d.Abandon(cause, now)
+		nd, o := storekit.Delivery(d).Abandon(cause, now)
 		return nd, o == ledger.OutcomeApplied
 	})
 	return ledger.SweepResult{Changed: changed}, err
@@ -126,9 +127,9 @@ func (s *Store) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, 
 
 // Supersede moves (Follow) or ends (LeaveBehind) the previous target's
 // Offered and Leased deliveries (see ledger.Ledger), applying
-// ledger.Delivery.Supersede to each. The lists are in ID order.
+// storekit.Delivery.Supersede to each. The lists are in ID order.
 func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) (ledger.SupersedeResult, error) {
-	if err := s.check(ctx, ledger.ValidateSupersede(previous, replacement, mode, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateSupersede(previous, replacement, mode, now)); err != nil {
 		return ledger.SupersedeResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "supersede", now)
@@ -137,7 +138,7 @@ func (s *Store) Supersede(ctx context.Context, previous, replacement ledger.Targ
 	}
 	now = ledger.Normalize(now)
 	changed, err := s.sweep(ctx, "supersede", how{op: ledger.OpSupersede}, s.q.supersedable, []any{string(previous)}, func(d ledger.Delivery) (ledger.Delivery, bool) {
-		return d.Supersede(replacement, mode, now)
+		return storekit.Delivery(d).Supersede(replacement, mode, now)
 	})
 	if mode == ledger.Follow {
 		return ledger.SupersedeResult{Moved: changed}, err

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file holds the single-delivery transitions and the reads. On its
@@ -94,7 +95,7 @@ func (s *Store) transitionAlone(ctx context.Context, c deliveryCompletion) (ledg
 		if o != ledger.OutcomeApplied {
 			return next, o, nil
 		}
-		if raised := ledger.RaiseFence(highest, c.fence); raised != nil && (highest == nil || *raised != *highest) {
+		if raised := storekit.RaiseFence(highest, c.fence); raised != nil && (highest == nil || *raised != *highest) {
 			if _, err := tx.Exec(ctx, s.q.setFence, string(next.Target), int64(*raised)); err != nil {
 				return next, "", err
 			}
@@ -105,7 +106,7 @@ func (s *Store) transitionAlone(ctx context.Context, c deliveryCompletion) (ledg
 
 // Acknowledge records receipt under the current lease (see ledger.Ledger).
 func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation string, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateAcknowledge(lease, observation, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateAcknowledge(lease, observation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "acknowledge", now)
@@ -114,7 +115,7 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "acknowledge", h: how{op: ledger.OpAcknowledge, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.Acknowledge(lease, observation, now)
+			return storekit.Delivery(d).Acknowledge(lease, observation, now)
 		}}))
 }
 
@@ -126,7 +127,7 @@ func (s *Store) Acknowledge(ctx context.Context, lease ledger.Lease, observation
 // transaction of its own. When the call fails with an error, ack is the
 // acknowledgement's answer if that committed, else zero.
 func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ack, processed ledger.DeliveryResult, err error) {
-	if err := s.check(ctx, ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateAcknowledgeProcessed(lease, observation, fence, action, now)); err != nil {
 		return ledger.DeliveryResult{}, ledger.DeliveryResult{}, err
 	}
 	now, err = s.decisionTime(ctx, "acknowledge processed", now)
@@ -137,11 +138,11 @@ func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, ob
 	processed, err = s.complete(ctx, deliveryCompletion{op: "acknowledge processed", id: lease.DeliveryID, fence: fence,
 		h: how{op: ledger.OpAcknowledge, holder: true},
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.Acknowledge(lease, observation, now)
+			return storekit.Delivery(d).Acknowledge(lease, observation, now)
 		},
 		thenHow: how{op: ledger.OpMarkProcessed, holder: true},
 		then: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.MarkProcessed(d.Ack.Owner, fence, highest, action, now)
+			return storekit.Delivery(d).MarkProcessed(d.Ack.Owner, fence, highest, action, now)
 		},
 		first: &first})
 	// first holds the acknowledgement's answer once it committed (with
@@ -156,7 +157,7 @@ func (s *Store) AcknowledgeProcessed(ctx context.Context, lease ledger.Lease, ob
 // created if absent, which is undone when the call does not apply), so the
 // fence checks and raises of one target are serialised across processes.
 func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateMarkProcessed(id, owner, fence, action, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "mark processed", now)
@@ -165,13 +166,13 @@ func (s *Store) MarkProcessed(ctx context.Context, id ledger.DeliveryID, owner l
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "mark processed", h: how{op: ledger.OpMarkProcessed, actor: owner.String()}, id: id, fence: fence,
 		step: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.MarkProcessed(owner, fence, highest, action, now)
+			return storekit.Delivery(d).MarkProcessed(owner, fence, highest, action, now)
 		}}))
 }
 
 // RecordActivation notes what a push or wake-up did (see ledger.Ledger).
 func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, activation ledger.Activation, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateRecordActivation(id, activation, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRecordActivation(id, activation, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "record activation", now)
@@ -180,13 +181,13 @@ func (s *Store) RecordActivation(ctx context.Context, id ledger.DeliveryID, acti
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "record activation", h: how{op: ledger.OpRecordActivation}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.RecordActivation(activation, now)
+			return storekit.Delivery(d).RecordActivation(activation, now)
 		}}))
 }
 
 // MarkFailed gives up the attempt held under lease (see ledger.Ledger).
 func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledger.FailureReason, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateMarkFailed(lease, reason, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateMarkFailed(lease, reason, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "mark failed", now)
@@ -195,14 +196,14 @@ func (s *Store) MarkFailed(ctx context.Context, lease ledger.Lease, reason ledge
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "mark failed", h: how{op: ledger.OpMarkFailed, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.MarkFailed(lease, reason, now)
+			return storekit.Delivery(d).MarkFailed(lease, reason, now)
 		}}))
 }
 
 // Release gives the lease back without counting the attempt (see
 // ledger.Ledger).
 func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateRelease(lease, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateRelease(lease, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "release", now)
@@ -211,13 +212,13 @@ func (s *Store) Release(ctx context.Context, lease ledger.Lease, now time.Time) 
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "release", h: how{op: ledger.OpRelease, actor: lease.Owner.String()}, id: lease.DeliveryID,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.Release(lease, now)
+			return storekit.Delivery(d).Release(lease, now)
 		}}))
 }
 
 // Abandon ends one open delivery as Expired with cause (see ledger.Ledger).
 func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.Cause, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateAbandon(id, cause, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateAbandon(id, cause, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "abandon", now)
@@ -226,7 +227,7 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "abandon", h: how{op: ledger.OpAbandon, actor: ledger.ActorFrom(ctx)}, id: id,
 		step: func(d ledger.Delivery, _ *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.Abandon(cause, now)
+			return storekit.Delivery(d).Abandon(cause, now)
 		}}))
 }
 
@@ -235,7 +236,7 @@ func (s *Store) Abandon(ctx context.Context, id ledger.DeliveryID, cause ledger.
 // abandon by owner. It reads the target's highest fence under its lock,
 // as MarkProcessed does, and never raises it: the fence is lower.
 func (s *Store) EndFenceRejected(ctx context.Context, id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) (ledger.DeliveryResult, error) {
-	if err := s.check(ctx, ledger.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
+	if err := s.check(ctx, storekit.ValidateEndFenceRejected(id, owner, fence, now)); err != nil {
 		return ledger.DeliveryResult{}, err
 	}
 	now, err := s.decisionTime(ctx, "end fence rejected", now)
@@ -244,14 +245,14 @@ func (s *Store) EndFenceRejected(ctx context.Context, id ledger.DeliveryID, owne
 	}
 	return deliveryOut(s.complete(ctx, deliveryCompletion{op: "end fence rejected", h: how{op: ledger.OpAbandon, actor: owner.String()}, id: id, fence: &fence,
 		step: func(d ledger.Delivery, highest *ledger.Fence) (ledger.Delivery, ledger.Outcome) {
-			return d.EndFenceRejected(owner, fence, highest, now)
+			return storekit.Delivery(d).EndFenceRejected(owner, fence, highest, now)
 		}}))
 }
 
 // Get returns one delivery in any state; an error matching
 // ledger.ErrNotFound when no delivery has the ID.
 func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery, error) {
-	if err := s.check(ctx, ledger.ValidateGet(string(id))); err != nil {
+	if err := s.check(ctx, storekit.ValidateGet(string(id))); err != nil {
 		return ledger.Delivery{}, err
 	}
 	var d ledger.Delivery
@@ -274,7 +275,7 @@ func (s *Store) Get(ctx context.Context, id ledger.DeliveryID) (ledger.Delivery,
 // record inserted while paging shows up on a later page when its ID sorts
 // after the cursor, and no record appears twice.
 func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, error) {
-	after, verr := ledger.ValidateList(q)
+	after, verr := storekit.ValidateList(q)
 	if err := s.check(ctx, verr); err != nil {
 		return ledger.Page{}, err
 	}
@@ -299,7 +300,7 @@ func (s *Store) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, erro
 		page = ledger.Page{Deliveries: ds}
 		if len(ds) > q.Limit {
 			page.Deliveries = ds[:q.Limit]
-			page.Next = ledger.EncodeCursor(ds[q.Limit-1].ID)
+			page.Next = storekit.EncodeCursor(ds[q.Limit-1].ID)
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Enqueue writes the delivery on the shard its target is placed on. With
@@ -36,7 +37,7 @@ func (l *Ledger) enqueueShard(ctx context.Context, st *ledgerState, req ledger.E
 	if err != nil {
 		return 0, err
 	}
-	if !l.cfg.idCheck || len(st.shards) == 1 || ledger.ValidateName("id", string(req.ID)) != nil {
+	if !l.cfg.idCheck || len(st.shards) == 1 || storekit.ValidateName("id", string(req.ID)) != nil {
 		return home, nil
 	}
 	// The home shard needs no look-up: if it has the ID, the enqueue
@@ -136,12 +137,12 @@ func (l *Ledger) batchShards(ctx context.Context, st *ledgerState, reqs []ledger
 // It is atomic per shard, not across shards: when a shard fails, the
 // groups of the others are written and the error is returned.
 func (l *Ledger) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
 	// The payload limit is each shard's own, checked there; the rest is
 	// checked here, so that one invalid request writes nothing anywhere.
-	if err := ledger.ValidateEnqueueBatch(reqs, now, math.MaxInt); err != nil {
+	if err := storekit.ValidateEnqueueBatch(reqs, now, math.MaxInt); err != nil {
 		return nil, err
 	}
 	st := l.state.Load()
@@ -247,7 +248,7 @@ func ackProcessed(ctx context.Context, s ledger.Ledger, lease ledger.Lease, obse
 	if ap, ok := s.(ledger.AckProcessor); ok {
 		return ap.AcknowledgeProcessed(ctx, lease, observation, fence, action, now)
 	}
-	if err := ledger.ValidateAcknowledgeProcessed(lease, observation, fence, action, now); err != nil {
+	if err := storekit.ValidateAcknowledgeProcessed(lease, observation, fence, action, now); err != nil {
 		return ack, processed, err
 	}
 	if ack, err = s.Acknowledge(ctx, lease, observation, now); err != nil || !ack.Applied() {
@@ -352,7 +353,7 @@ func sweepErr(errs []error) error {
 // ExpireCeremony ends the ceremony's open work on every shard: a
 // ceremony spans targets, so it spans shards.
 func (l *Ledger) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) (ledger.SweepResult, error) {
-	if err := ledger.ValidateExpireCeremony(ceremony, cause, now); err != nil {
+	if err := storekit.ValidateExpireCeremony(ceremony, cause, now); err != nil {
 		return ledger.SweepResult{}, err
 	}
 	st := l.state.Load()
@@ -377,7 +378,7 @@ func (l *Ledger) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID,
 // replacement's shard (other processes' Ledgers do not know until then:
 // place both targets on one shard, with Pinned, to avoid the gap).
 func (l *Ledger) Supersede(ctx context.Context, previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) (ledger.SupersedeResult, error) {
-	if err := ledger.ValidateSupersede(previous, replacement, mode, now); err != nil {
+	if err := storekit.ValidateSupersede(previous, replacement, mode, now); err != nil {
 		return ledger.SupersedeResult{}, err
 	}
 	st := l.state.Load()
@@ -439,10 +440,10 @@ func (l *Ledger) dropExtra(target ledger.Target, i int) {
 // PurgeDeliveries purges up to limit ended deliveries, shard by shard in
 // index order, each asked for what the earlier ones left of limit.
 func (l *Ledger) PurgeDeliveries(ctx context.Context, olderThan time.Time, limit int) (int, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return 0, err
 	}
-	if err := ledger.ValidatePurge(olderThan, limit); err != nil {
+	if err := storekit.ValidatePurge(olderThan, limit); err != nil {
 		return 0, err
 	}
 	st := l.state.Load()

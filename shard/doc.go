@@ -46,7 +46,7 @@
 // may hold matching work, concurrently, splitting the limit between them
 // (see Ledger.Lease). List, ListEntries, ListEnded, ListEndedEntries,
 // Stats, OutboxStats, Expire and ExpireCeremony ask every shard and merge: lists in ID order behind the
-// stores' own cursor (ledger.EncodeCursor of the last ID), so paging is
+// stores' own cursor (storekit.EncodeCursor of the last ID), so paging is
 // as stable as on one store; statistics by adding counts and taking the
 // earliest oldest time. Leadership (ledger.Elector) lives on shard 0.
 //

@@ -5,16 +5,17 @@ import (
 	"slices"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // ListEnded asks every shard for its q.Limit latest ends in the window
 // and keeps the q.Limit latest of all: the same answer as one store. It
 // needs every shard.
 func (l *Ledger) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.DeliveryEnd, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateEnded(q); err != nil {
+	if err := storekit.ValidateEnded(q); err != nil {
 		return nil, err
 	}
 	st := l.state.Load()
@@ -36,7 +37,7 @@ func (l *Ledger) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.D
 		out = append(out, p...)
 	}
 	slices.SortFunc(out, func(a, b ledger.DeliveryEnd) int {
-		return ledger.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
+		return storekit.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
 	})
 	if len(out) > q.Limit {
 		out = out[:q.Limit]
@@ -47,10 +48,10 @@ func (l *Ledger) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.D
 // ListEndedEntries merges every shard's latest ends as Ledger.ListEnded
 // does. It needs every shard.
 func (o *Outbox) ListEndedEntries(ctx context.Context, q ledger.EndedQuery) ([]ledger.EntryEnd, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateEnded(q); err != nil {
+	if err := storekit.ValidateEnded(q); err != nil {
 		return nil, err
 	}
 	parts := make([][]ledger.EntryEnd, len(o.shards))
@@ -71,7 +72,7 @@ func (o *Outbox) ListEndedEntries(ctx context.Context, q ledger.EndedQuery) ([]l
 		out = append(out, p...)
 	}
 	slices.SortFunc(out, func(a, b ledger.EntryEnd) int {
-		return ledger.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
+		return storekit.CompareEnded(a.EndedAt, string(a.ID), b.EndedAt, string(b.ID))
 	})
 	if len(out) > q.Limit {
 		out = out[:q.Limit]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // ReclaimTarget is the target name a Lease asks a shard for when it only
@@ -128,10 +129,10 @@ func (s *seenOwners) end(owner ledger.Owner, n int, presented []int) {
 // A shard that fails is skipped and reported to the ErrorFunc; the call
 // fails only when every shard it needed failed.
 func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (ledger.LeaseResult, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return ledger.LeaseResult{}, err
 	}
-	if err := ledger.ValidateLease(filter, owner, now, duration, limit); err != nil {
+	if err := storekit.ValidateLease(filter, owner, now, duration, limit); err != nil {
 		return ledger.LeaseResult{}, err
 	}
 	st := l.state.Load()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // CauseMoved is the cause with which Move ends a delivery's copy on the
@@ -64,10 +65,10 @@ var ErrMoveConflict = fmt.Errorf("shard: %w: the destination holds the ID with o
 // new shard accepts one, so a fence below it but above the new shard's
 // would be accepted once.
 func (l *Ledger) Move(ctx context.Context, target ledger.Target, from int, now time.Time) (MoveResult, error) {
-	if err := ledger.ValidateName("target", string(target)); err != nil {
+	if err := storekit.ValidateName("target", string(target)); err != nil {
 		return MoveResult{}, err
 	}
-	if err := ledger.ValidateTime("now", now); err != nil {
+	if err := storekit.ValidateTime("now", now); err != nil {
 		return MoveResult{}, err
 	}
 	st := l.state.Load()
@@ -83,7 +84,7 @@ func (l *Ledger) Move(ctx context.Context, target ledger.Target, from int, now t
 	}
 	l.addExtra(target, from)
 	src, dst := st.shards[from], st.shards[to]
-	mover := ledger.Owner{Agent: moverAgent, Incarnation: string(ledger.NewToken())}
+	mover := ledger.Owner{Agent: moverAgent, Incarnation: string(storekit.NewToken())}
 	filter := ledger.LeaseFilter{Targets: []ledger.Target{target}}
 	var out MoveResult
 	for {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // Outbox is one ledger.ClaimStore over several. Each entry lives on the
@@ -128,7 +129,7 @@ func (o *Outbox) byClaim(ctx context.Context, c ledger.Claim) (int, ledger.Claim
 // provider's.
 func (o *Outbox) enqueueShard(ctx context.Context, env ledger.Envelope) (int, error) {
 	home := o.home(env.Provider)
-	if !o.idCheck || len(o.shards) == 1 || ledger.ValidateName("idempotency key", env.IdempotencyKey) != nil {
+	if !o.idCheck || len(o.shards) == 1 || storekit.ValidateName("idempotency key", env.IdempotencyKey) != nil {
 		return home, nil
 	}
 	i, found, err := o.locate(ctx, ledger.OutboxEntryIDFor(env.IdempotencyKey))
@@ -168,12 +169,12 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 // EnqueueBatch writes each shard's part of the batch in one call,
 // concurrently. It is atomic per shard, not across shards.
 func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
 	// The payload limit is each shard's own; the rest is checked here,
 	// so that one invalid envelope writes nothing anywhere.
-	if err := ledger.ValidateEnvelopeBatch(envs, math.MaxInt); err != nil {
+	if err := storekit.ValidateEnvelopeBatch(envs, math.MaxInt); err != nil {
 		return nil, err
 	}
 	groups := map[int][]int{}
@@ -252,21 +253,21 @@ func (o *Outbox) FindByID(ctx context.Context, id ledger.OutboxEntryID) (ledger.
 func (o *Outbox) FindPending(ctx context.Context, limit int) ([]ledger.OutboxEntry, error) {
 	return o.find(ctx, limit, func(ctx context.Context, s ledger.ClaimStore) ([]ledger.OutboxEntry, error) {
 		return s.FindPending(ctx, limit)
-	}, ledger.OutboxEntry.PendingBefore)
+	}, storekit.PendingBefore)
 }
 
 // FindRetryReady reads as FindPending does, in retry order.
 func (o *Outbox) FindRetryReady(ctx context.Context, now time.Time, limit int) ([]ledger.OutboxEntry, error) {
 	return o.find(ctx, limit, func(ctx context.Context, s ledger.ClaimStore) ([]ledger.OutboxEntry, error) {
 		return s.FindRetryReady(ctx, now, limit)
-	}, ledger.OutboxEntry.RetryBefore)
+	}, storekit.RetryBefore)
 }
 
 func (o *Outbox) find(ctx context.Context, limit int, f func(context.Context, ledger.ClaimStore) ([]ledger.OutboxEntry, error), less func(a, b ledger.OutboxEntry) bool) ([]ledger.OutboxEntry, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateLimit("limit", limit); err != nil {
+	if err := storekit.ValidateLimit("limit", limit); err != nil {
 		return nil, err
 	}
 	parts := make([][]ledger.OutboxEntry, len(o.shards))
@@ -337,14 +338,14 @@ func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, 
 func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	return o.claim(ctx, req, func(ctx context.Context, s ledger.ClaimStore, r ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 		return s.ClaimPending(ctx, r)
-	}, ledger.OutboxEntry.PendingBefore)
+	}, storekit.PendingBefore)
 }
 
 // ClaimRetryReady claims as ClaimPending does, from the retries due.
 func (o *Outbox) ClaimRetryReady(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	return o.claim(ctx, req, func(ctx context.Context, s ledger.ClaimStore, r ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 		return s.ClaimRetryReady(ctx, r)
-	}, ledger.OutboxEntry.RetryBefore)
+	}, storekit.RetryBefore)
 }
 
 // ClaimDue claims as ClaimPending does, from what each shard's ClaimDue
@@ -360,10 +361,10 @@ func (o *Outbox) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([]ledge
 }
 
 func (o *Outbox) claim(ctx context.Context, req ledger.ClaimRequest, f func(context.Context, ledger.ClaimStore, ledger.ClaimRequest) ([]ledger.ClaimedEntry, error), less func(a, b ledger.OutboxEntry) bool) ([]ledger.ClaimedEntry, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateClaimRequest(req); err != nil {
+	if err := storekit.ValidateClaimRequest(req); err != nil {
 		return nil, err
 	}
 	var (
@@ -427,7 +428,7 @@ func (o *Outbox) claim(ctx context.Context, req ledger.ClaimRequest, f func(cont
 // the runs placed among each other by less (creation order when nil).
 func interleaveClaims(runs [][]ledger.ClaimedEntry, less func(a, b ledger.OutboxEntry) bool) []ledger.ClaimedEntry {
 	if less == nil {
-		less = ledger.OutboxEntry.PendingBefore
+		less = storekit.PendingBefore
 	}
 	out := []ledger.ClaimedEntry{}
 	for {
@@ -517,10 +518,10 @@ func (o *Outbox) withClaim(ctx context.Context, c ledger.Claim, call func(ledger
 // and answers in the order of cs. It is atomic per shard, not across
 // shards; a shard that fails fails the call, the others' parts written.
 func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion) ([]ledger.OutboxResult, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
-	if err := ledger.ValidateClaimCompletions(cs); err != nil {
+	if err := storekit.ValidateClaimCompletions(cs); err != nil {
 		return nil, err
 	}
 	groups := map[int][]int{}
@@ -580,10 +581,10 @@ func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]l
 
 // OutboxStats adds up every shard's statistics. It needs every shard.
 func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxStats, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return ledger.OutboxStats{}, err
 	}
-	if err := ledger.ValidateOutboxStats(now); err != nil {
+	if err := storekit.ValidateOutboxStats(now); err != nil {
 		return ledger.OutboxStats{}, err
 	}
 	parts := make([]ledger.OutboxStats, len(o.shards))
@@ -599,26 +600,26 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	if err := all(errs); err != nil {
 		return ledger.OutboxStats{}, err
 	}
-	out := ledger.NewOutboxStats()
+	out := storekit.NewOutboxStats()
 	for _, p := range parts {
 		for s, n := range p.ByStatus {
 			out.ByStatus[s] += n
 		}
 		for prov, q := range p.ByProvider {
-			out.AddQueue(prov, q.Depth, q.OldestDueAt)
+			storekit.AddOutboxQueue(&out, prov, q.Depth, q.OldestDueAt)
 		}
 	}
-	out.Finish(now)
+	storekit.FinishOutboxStats(&out, now)
 	return out, nil
 }
 
 // PurgeEntries purges up to limit ended entries, shard by shard in index
 // order, each asked for what the earlier ones left of limit.
 func (o *Outbox) PurgeEntries(ctx context.Context, olderThan time.Time, limit int) (int, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return 0, err
 	}
-	if err := ledger.ValidatePurge(olderThan, limit); err != nil {
+	if err := storekit.ValidatePurge(olderThan, limit); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -642,10 +643,10 @@ func (o *Outbox) PurgeEntries(ctx context.Context, olderThan time.Time, limit in
 // ListEntries merges every shard's page after the same cursor, as
 // Ledger.List does. It needs every shard.
 func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (ledger.OutboxPage, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return ledger.OutboxPage{}, err
 	}
-	if _, err := ledger.ValidateOutboxList(q); err != nil {
+	if _, err := storekit.ValidateOutboxList(q); err != nil {
 		return ledger.OutboxPage{}, err
 	}
 	pages := make([]ledger.OutboxPage, len(o.shards))
@@ -673,7 +674,7 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	}
 	page := ledger.OutboxPage{Entries: merged}
 	if more && len(merged) > 0 {
-		page.Next = ledger.EncodeOutboxCursor(merged[len(merged)-1].ID)
+		page.Next = storekit.EncodeOutboxCursor(merged[len(merged)-1].ID)
 	}
 	return page, nil
 }

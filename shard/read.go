@@ -6,20 +6,21 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // List asks every shard for the page after the same cursor, concurrently,
 // and merges the answers in ID order. The cursor is the store's own
-// (ledger.EncodeCursor of the last ID returned), which every shard reads
+// (storekit.EncodeCursor of the last ID returned), which every shard reads
 // the same way, so paging is as stable as on one store: a record appears
 // once, and one inserted while paging appears later when its ID sorts
 // after the cursor. A page costs one call per shard, each for up to
 // q.Limit records. It needs every shard: one that fails fails the call.
 func (l *Ledger) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return ledger.Page{}, err
 	}
-	if _, err := ledger.ValidateList(q); err != nil {
+	if _, err := storekit.ValidateList(q); err != nil {
 		return ledger.Page{}, err
 	}
 	st := l.state.Load()
@@ -44,7 +45,7 @@ func (l *Ledger) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, err
 	}
 	page := ledger.Page{Deliveries: merged}
 	if more && len(merged) > 0 {
-		page.Next = ledger.EncodeCursor(merged[len(merged)-1].ID)
+		page.Next = storekit.EncodeCursor(merged[len(merged)-1].ID)
 	}
 	if page.Deliveries == nil {
 		page.Deliveries = []ledger.Delivery{}
@@ -67,10 +68,10 @@ func compareStrings(a, b string) int {
 // offerable time is the earliest, and each target's queue, which lives on
 // one shard, comes out as that shard counted it. It needs every shard.
 func (l *Ledger) Stats(ctx context.Context, filter ledger.StatsFilter, now time.Time) (ledger.DeliveryStats, error) {
-	if err := ledger.ValidateContext(ctx); err != nil {
+	if err := storekit.ValidateContext(ctx); err != nil {
 		return ledger.DeliveryStats{}, err
 	}
-	if err := ledger.ValidateStats(filter, now); err != nil {
+	if err := storekit.ValidateStats(filter, now); err != nil {
 		return ledger.DeliveryStats{}, err
 	}
 	st := l.state.Load()
@@ -87,7 +88,7 @@ func (l *Ledger) Stats(ctx context.Context, filter ledger.StatsFilter, now time.
 	if err := all(errs); err != nil {
 		return ledger.DeliveryStats{}, err
 	}
-	out := ledger.NewDeliveryStats()
+	out := storekit.NewDeliveryStats()
 	for _, p := range parts {
 		for s, n := range p.ByState {
 			out.ByState[s] += n
@@ -96,10 +97,10 @@ func (l *Ledger) Stats(ctx context.Context, filter ledger.StatsFilter, now time.
 			out.ByCause[c] += n
 		}
 		for t, q := range p.ByTarget {
-			out.AddQueue(t, q.Depth, q.OldestAvailableAt)
+			storekit.AddDeliveryQueue(&out, t, q.Depth, q.OldestAvailableAt)
 		}
 	}
-	out.Finish(now)
+	storekit.FinishDeliveryStats(&out, now)
 	return out, nil
 }
 

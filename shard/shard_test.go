@@ -14,6 +14,7 @@ import (
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/memstore"
 	"github.com/leaseledger/ledger/shard"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 var t0 = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
@@ -84,7 +85,7 @@ func TestTokensNameTheirShardAndStayOutOfRecords(t *testing.T) {
 
 	// The shard part is the store's own token: only the grantee has it.
 	forged := lease
-	forged.Token = "2~" + ledger.NewToken()
+	forged.Token = "2~" + storekit.NewToken()
 	out, err := l.Acknowledge(t.Context(), forged, "", t0)
 	require.NoError(t, err)
 	require.Equal(t, ledger.OutcomeLeaseLost, out.Outcome)

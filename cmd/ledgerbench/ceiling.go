@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // The ceilings are what the server itself does on this machine, measured
@@ -44,7 +44,7 @@ const (
 
 // measureCeilings measures (i) and (ii).
 func (e *env) measureCeilings(ctx context.Context) (*ceilings, error) {
-	schema := "ledgerbench_scratch_" + strings.ToLower(string(ledger.NewToken())[:8])
+	schema := "ledgerbench_scratch_" + strings.ToLower(string(storekit.NewToken())[:8])
 	defer e.dropSchema(ctx, schema)
 	txnTable := pgx.Identifier{schema, "t"}.Sanitize()
 	rowsTable := pgx.Identifier{schema, "b"}.Sanitize()

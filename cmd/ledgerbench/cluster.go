@@ -13,6 +13,7 @@ import (
 	"github.com/leaseledger/ledger/internal/pgcluster"
 	"github.com/leaseledger/ledger/memstore"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // cleanupTimeout bounds each cleanup step (dropping a schema), which runs
@@ -123,7 +124,7 @@ func (e *env) fresh(ctx context.Context, w workloadName, opts ...pgstore.Option)
 		s := memstore.New()
 		return &stores{ledger: s, outbox: s.Outbox(), drop: func() {}}, nil
 	}
-	schema := "ledgerbench_" + strings.ReplaceAll(string(w), "-", "_") + "_" + strings.ToLower(string(ledger.NewToken())[:8])
+	schema := "ledgerbench_" + strings.ReplaceAll(string(w), "-", "_") + "_" + strings.ToLower(string(storekit.NewToken())[:8])
 	s, err := e.newPGStore(schema, opts...)
 	if err != nil {
 		return nil, err

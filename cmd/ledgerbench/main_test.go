@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/internal/pgtest"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -528,8 +528,8 @@ func checkCostOnPostgreSQL(t *testing.T, c *costReport, n int) {
 func TestRunOnPostgreSQLAsPlainRole(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	role := "ledgerbench_plain_" + strings.ToLower(string(ledger.NewToken())[:8])
-	password := string(ledger.NewToken()) // base32: safe in a literal
+	role := "ledgerbench_plain_" + strings.ToLower(string(storekit.NewToken())[:8])
+	password := string(storekit.NewToken()) // base32: safe in a literal
 	if _, err := pool.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD '"+password+"'"); err != nil {
 		t.Skipf("cannot create a role on the test server: %v", err)
 	}

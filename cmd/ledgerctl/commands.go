@@ -10,6 +10,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // listFlag is a repeatable flag whose values may also be comma lists.
@@ -65,7 +66,7 @@ func setupList(fs *flag.FlagSet, c *common) func(context.Context, env, []string)
 		}
 		// Checked before connecting, so a typo costs no round trip, and
 		// refused as a usage error, as a bad flag is.
-		if _, err := ledger.ValidateList(q); err != nil {
+		if _, err := storekit.ValidateList(q); err != nil {
 			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)
@@ -124,7 +125,7 @@ func setupShow(_ *flag.FlagSet, c *common) func(context.Context, env, []string) 
 		}
 		// Deliveries and outbox entries share the ID rule; checked before
 		// connecting, as every input is.
-		if err := ledger.ValidateGet(id); err != nil {
+		if err := storekit.ValidateGet(id); err != nil {
 			return invalidInput(err)
 		}
 		store, closePool, err := open(ctx, *c, false)
@@ -172,7 +173,7 @@ func causeFlags(fs *flag.FlagSet) func() (ledger.Cause, error) {
 			return ledger.Cause{}, usage("missing -cause KIND")
 		}
 		cause := ledger.Cause{Kind: ledger.CauseKind(*kind), Detail: *detail}
-		if err := ledger.ValidateCause(cause); err != nil {
+		if err := storekit.ValidateCause(cause); err != nil {
 			return ledger.Cause{}, usage("invalid input: %v", err)
 		}
 		return cause, nil
@@ -213,7 +214,7 @@ func setupAbandon(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 	cause := causeFlags(fs)
 	return func(ctx context.Context, e env, pos []string) error {
 		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "delivery ID", cause, func(id string, cs ledger.Cause, now time.Time) error {
-			return ledger.ValidateAbandon(ledger.DeliveryID(id), cs, now)
+			return storekit.ValidateAbandon(ledger.DeliveryID(id), cs, now)
 		})
 		if err != nil {
 			return err
@@ -253,7 +254,7 @@ func setupExpireCeremony(fs *flag.FlagSet, c *common) func(context.Context, env,
 	cause := causeFlags(fs)
 	return func(ctx context.Context, e env, pos []string) error {
 		id, cs, store, closePool, err := causeCall(ctx, *c, pos, "ceremony ID", cause, func(id string, cs ledger.Cause, now time.Time) error {
-			return ledger.ValidateExpireCeremony(ledger.CeremonyID(id), cs, now)
+			return storekit.ValidateExpireCeremony(ledger.CeremonyID(id), cs, now)
 		})
 		if err != nil {
 			return err
@@ -310,7 +311,7 @@ func setupPurge(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 		}
 		// A cut-off the library refuses (before 1970, after 2262) is
 		// refused here, before connecting.
-		if err := ledger.ValidatePurge(cutoff, ledger.MaxLimit); err != nil {
+		if err := storekit.ValidatePurge(cutoff, ledger.MaxLimit); err != nil {
 			return fail("invalid -older-than %q: %v", *olderThan, err)
 		}
 		store, closePool, err := open(ctx, *c, false)

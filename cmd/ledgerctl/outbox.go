@@ -11,6 +11,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is the outbox commands: list, show and stats (redrive is in
@@ -37,7 +38,7 @@ func setupOutboxList(fs *flag.FlagSet, c *common) func(context.Context, env, []s
 		for _, s := range statuses {
 			q.Statuses = append(q.Statuses, ledger.OutboxStatus(s))
 		}
-		if _, err := ledger.ValidateOutboxList(q); err != nil {
+		if _, err := storekit.ValidateOutboxList(q); err != nil {
 			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)

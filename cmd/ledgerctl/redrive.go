@@ -9,6 +9,7 @@ import (
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is redrive, of deliveries and outbox entries, and expire. A
@@ -80,7 +81,7 @@ func (f *redriveFilter) check(pos []string, start time.Time) (id string, cutoff 
 		}
 		// An ID refused fails the command, as it does show's and
 		// abandon's; deliveries and outbox entries share the rule.
-		if err := ledger.ValidateGet(id); err != nil {
+		if err := storekit.ValidateGet(id); err != nil {
 			return "", time.Time{}, invalidInput(err)
 		}
 		return id, time.Time{}, nil
@@ -115,10 +116,10 @@ func setupRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 			q.Targets = append(q.Targets, ledger.Target(t))
 		}
 		if id == "" {
-			if _, err := ledger.ValidateRedriveQuery(q, start); err != nil {
+			if _, err := storekit.ValidateRedriveQuery(q, start); err != nil {
 				return usage("invalid input: %v", err)
 			}
-		} else if err := ledger.ValidateRedrive(ledger.RedriveRequest{ID: ledger.DeliveryID(id), NewID: ledger.DeliveryID(*newID)}, start); err != nil {
+		} else if err := storekit.ValidateRedrive(ledger.RedriveRequest{ID: ledger.DeliveryID(id), NewID: ledger.DeliveryID(*newID)}, start); err != nil {
 			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)
@@ -139,7 +140,7 @@ func setupRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, []stri
 // redriveOne redrives the delivery id, or the outbox entry with that ID
 // (or idempotency key) when no delivery has it. With dryRun it says what
 // the redrive would answer, as the root package decides it for the
-// record as it stands (ledger.Delivery.Redrive), and writes nothing.
+// record as it stands (storekit.Delivery.Redrive), and writes nothing.
 func redriveOne(ctx context.Context, e env, c *common, store *pgstore.Store, id, newID string, dryRun bool, now time.Time) error {
 	var res ledger.RedriveResult
 	if dryRun {
@@ -150,13 +151,13 @@ func redriveOne(ctx context.Context, e env, c *common, store *pgstore.Store, id,
 		case err != nil:
 			return invalidInput(err)
 		default:
-			as := d.RedriveAs(ledger.DeliveryID(newID))
+			as := storekit.Delivery(d).RedriveAs(ledger.DeliveryID(newID))
 			_, err := store.Get(ctx, as)
 			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 				return invalidInput(err)
 			}
 			res.Original, res.Redriven.ID = d, as
-			_, _, res.Outcome = d.Redrive(ledger.DeliveryID(newID), err == nil, now)
+			_, _, res.Outcome = storekit.Delivery(d).Redrive(ledger.DeliveryID(newID), err == nil, now)
 		}
 	} else {
 		var err error
@@ -223,7 +224,7 @@ func redriveMatching(ctx context.Context, e env, c *common, store *pgstore.Store
 		b, err := store.RedriveMatching(ctx, q, now)
 		for _, r := range b.Results {
 			out.Records = append(out.Records, redriveLine{ID: string(r.Original.ID), Outcome: r.Outcome,
-				As: string(r.Original.RedriveAs("")), Abandoned: r.Abandoned})
+				As: string(storekit.Delivery(r.Original).RedriveAs("")), Abandoned: r.Abandoned})
 		}
 		out.Count += b.Redriven()
 		if err != nil {
@@ -292,7 +293,7 @@ func redriveDryRun(ctx context.Context, e env, c *common, store *pgstore.Store, 
 		}
 		for _, d := range page.Deliveries {
 			if q.Matches(d, now) {
-				out.Records = append(out.Records, redriveLine{ID: string(d.ID), As: string(d.RedriveAs(""))})
+				out.Records = append(out.Records, redriveLine{ID: string(d.ID), As: string(storekit.Delivery(d).RedriveAs(""))})
 			}
 		}
 		out.Count = len(out.Records)
@@ -320,10 +321,10 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 			q.Statuses = append(q.Statuses, ledger.OutboxStatus(s))
 		}
 		if id == "" {
-			if _, err := ledger.ValidateRedriveEntryQuery(q); err != nil {
+			if _, err := storekit.ValidateRedriveEntryQuery(q); err != nil {
 				return usage("invalid input: %v", err)
 			}
-		} else if err := ledger.ValidateRedriveEntry(ledger.RedriveEntryRequest{ID: ledger.OutboxEntryID(id), IdempotencyKey: *key}); err != nil {
+		} else if err := storekit.ValidateRedriveEntry(ledger.RedriveEntryRequest{ID: ledger.OutboxEntryID(id), IdempotencyKey: *key}); err != nil {
 			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)
@@ -344,7 +345,7 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 			b, err := o.RedriveEntriesMatching(ctx, q)
 			for _, r := range b.Results {
 				out.Records = append(out.Records, redriveLine{ID: string(r.Original.ID), Key: r.Original.Envelope.IdempotencyKey,
-					Outcome: r.Outcome, As: string(r.Original.RedriveAs(""))})
+					Outcome: r.Outcome, As: string(storekit.OutboxEntry(r.Original).RedriveAs(""))})
 			}
 			out.Count += b.Redriven()
 			if err != nil {
@@ -365,7 +366,7 @@ func setupOutboxRedrive(fs *flag.FlagSet, c *common) func(context.Context, env, 
 
 // redriveEntryOne redrives the outbox entry with ID (or idempotency key)
 // id under key; with dryRun it says what the redrive would answer
-// (ledger.OutboxEntry.Redrive) and writes nothing.
+// (storekit.OutboxEntry.Redrive) and writes nothing.
 func redriveEntryOne(ctx context.Context, e env, c *common, o *pgstore.Outbox, id, key string, dryRun bool) error {
 	entry, err := findEntry(ctx, o, id)
 	if errors.Is(err, ledger.ErrNotFound) {
@@ -376,13 +377,13 @@ func redriveEntryOne(ctx context.Context, e env, c *common, o *pgstore.Outbox, i
 	}
 	var res ledger.RedriveEntryResult
 	if dryRun {
-		as := entry.RedriveAs(key)
+		as := storekit.OutboxEntry(entry).RedriveAs(key)
 		_, err := o.FindByID(ctx, as)
 		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
 			return invalidInput(err)
 		}
 		res.Original, res.Redriven.ID = entry, as
-		_, _, res.Outcome = entry.Redrive(key, err == nil, time.Now())
+		_, _, res.Outcome = storekit.OutboxEntry(entry).Redrive(key, err == nil, time.Now())
 	} else if res, err = o.RedriveEntry(ctx, ledger.RedriveEntryRequest{ID: entry.ID, IdempotencyKey: key}); err != nil {
 		return invalidInput(err)
 	}
@@ -408,7 +409,7 @@ func redriveEntriesDryRun(ctx context.Context, e env, c *common, o *pgstore.Outb
 		}
 		for _, en := range page.Entries {
 			if q.Matches(en) {
-				out.Records = append(out.Records, redriveLine{ID: string(en.ID), Key: en.Envelope.IdempotencyKey, As: string(en.RedriveAs(""))})
+				out.Records = append(out.Records, redriveLine{ID: string(en.ID), Key: en.Envelope.IdempotencyKey, As: string(storekit.OutboxEntry(en).RedriveAs(""))})
 			}
 		}
 		out.Count = len(out.Records)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // statsJSON is the -json document of stats.
@@ -28,7 +29,7 @@ func setupStats(fs *flag.FlagSet, c *common) func(context.Context, env, []string
 		}
 		now := time.Now()
 		filter := ledger.StatsFilter{Target: ledger.Target(*target), Ceremony: ledger.CeremonyID(*ceremony)}
-		if err := ledger.ValidateStats(filter, now); err != nil {
+		if err := storekit.ValidateStats(filter, now); err != nil {
 			return usage("invalid input: %v", err)
 		}
 		store, closePool, err := open(ctx, *c, false)

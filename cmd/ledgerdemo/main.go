@@ -25,6 +25,7 @@ import (
 	"github.com/leaseledger/ledger/internal/pgcluster"
 	"github.com/leaseledger/ledger/memstore"
 	"github.com/leaseledger/ledger/pgstore"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 func main() {
@@ -80,7 +81,7 @@ func start(ctx context.Context, cfg config, dsn string, throwaway bool, out io.W
 	defer pool.Close()
 	// A schema of its own, so the demo never meets an earlier run's IDs or
 	// a host's real tables.
-	schema := "ledgerdemo_" + strings.ToLower(string(ledger.NewToken())[:10])
+	schema := "ledgerdemo_" + strings.ToLower(string(storekit.NewToken())[:10])
 	// The demo's clock is simulated (it starts in 2030 and runs minutes
 	// per tick), so comparing it with the database's would only warn.
 	store, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithoutSkewCheck())

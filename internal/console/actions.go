@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is the writes: signing in, and the actions. An action is a
@@ -197,7 +198,7 @@ func runRedriveEntry(ctx context.Context, h *Handler, f url.Values) (actionResul
 // formCause reads the cause fields, validated as the library will.
 func formCause(f url.Values) (ledger.Cause, error) {
 	c := ledger.Cause{Kind: ledger.CauseKind(strings.TrimSpace(f.Get("cause"))), Detail: f.Get("detail")}
-	if err := ledger.ValidateCause(c); err != nil {
+	if err := storekit.ValidateCause(c); err != nil {
 		return ledger.Cause{}, err
 	}
 	return c, nil
@@ -360,7 +361,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	// The name is who the history says made the operator's changes: it
 	// must be one the ledger can record, with room for " via console".
 	name := strings.TrimSpace(r.PostForm.Get("name"))
-	if len(name) > maxOperatorName || ledger.ValidateName("name", name) != nil {
+	if len(name) > maxOperatorName || storekit.ValidateName("name", name) != nil {
 		http.Redirect(w, r, "/login?badname=1", http.StatusSeeOther)
 		return
 	}

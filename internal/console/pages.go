@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/storekit"
 )
 
 // This file is the GET pages. Each makes at most two calls to the store,
@@ -415,7 +416,7 @@ func (h *Handler) find(w http.ResponseWriter, r *http.Request) {
 
 // lookup returns the page of the record whose ID or idempotency key is q.
 func (h *Handler) lookup(ctx context.Context, q string) (string, error) {
-	if ledger.ValidateGet(q) != nil {
+	if storekit.ValidateGet(q) != nil {
 		return "", badf("%q is not an ID or a key: IDs and keys are 1 to 255 bytes of visible text", q)
 	}
 	_, err := h.l.Get(ctx, ledger.DeliveryID(q))

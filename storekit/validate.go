@@ -1,91 +1,46 @@
-package ledger
+package storekit
 
 import (
 	"context"
 	"encoding/base64"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/leaseledger/ledger"
 )
 
-// Input limits. Every exported entry point of every store checks its
-// arguments with the Validate functions below before touching storage; a
-// rejected call returns an *InvalidError (errors.Is(err, ErrInvalid)) naming
-// the field, and writes nothing.
-const (
-	// MaxNameBytes bounds IDs, targets, ceremonies, agents, incarnations,
-	// cause kinds, action refs, workers, providers and kinds.
-	MaxNameBytes = 255
-	// MaxTextBytes bounds free text: reasons, details, observations.
-	MaxTextBytes = 4 << 10
-	// DefaultMaxPayload is the default payload limit; stores make it
-	// configurable, up to MaxPayloadLimit.
-	DefaultMaxPayload = 1 << 20
-	// MaxPayloadLimit bounds the payload limit a store may be configured
-	// with, the same for every store: PostgreSQL's bytea holds at most
-	// 1 GiB, and a payload that large belongs in object storage anyway.
-	MaxPayloadLimit = 256 << 20
-	// MaxLimit bounds every limit, page size and batch length.
-	MaxLimit = 1000
-	// MaxCount bounds every count a record keeps (OutboxEntry.Attempts,
-	// Delivery.Attempts, Delivery.Activations): the largest value both
-	// stores hold (PostgreSQL's integer). A count a caller sets (Save's
-	// Attempts) above it is ErrInvalid, and no transition takes a count
-	// past it: a claim or base completion of an entry already at
-	// MaxCount attempts, or an activation of a delivery at MaxCount
-	// activations, applies as usual and leaves the count at MaxCount.
-	// (A delivery's attempts never come near it: they stop at its
-	// policy's MaxAttempts, at most MaxAttemptsLimit.)
-	//
-	// Versions and lease and claim sequence numbers are int64 in both
-	// stores and grow by one per transition; no caller sets them, and at
-	// a billion transitions a second they would need centuries to reach
-	// their bound.
-	MaxCount = 1<<31 - 1
-)
+// Every exported entry point of every store calls the Validate function
+// named after it first, before it touches storage: a rejected call
+// returns an *ledger.InvalidError (errors.Is(err, ledger.ErrInvalid))
+// naming the field, and writes nothing. The limits are the root
+// package's (ledger.MaxNameBytes, ledger.MaxLimit, ...).
 
-// ValidateName checks an identifier-like value: 1 to MaxNameBytes bytes of
-// valid UTF-8 without any character Invisible reports (control, format
+// ValidateName checks an identifier-like value: 1 to ledger.MaxNameBytes bytes of
+// valid UTF-8 without any character ledger.Invisible reports (control, format
 // and other invisible characters), so that two names that look alike are
 // the same name.
 func ValidateName(field, s string) error {
 	switch {
 	case s == "":
 		return invalid(field, "must not be empty")
-	case len(s) > MaxNameBytes:
-		return invalid(field, "must be at most %d bytes, got %d", MaxNameBytes, len(s))
+	case len(s) > ledger.MaxNameBytes:
+		return invalid(field, "must be at most %d bytes, got %d", ledger.MaxNameBytes, len(s))
 	case !utf8.ValidString(s):
 		return invalid(field, "must be valid UTF-8")
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
 		return invalid(field, "must not contain control characters")
 	}
-	if i := strings.IndexFunc(s, Invisible); i >= 0 {
+	if i := strings.IndexFunc(s, ledger.Invisible); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(s[i:])
 		return invalid(field, "must not contain format or invisible characters, got %U at byte %d", r, i)
 	}
 	return nil
-}
-
-// Invisible reports whether r is a character that names refuse because
-// it shows as nothing, or as something it is not: control characters;
-// format characters (Unicode category Cf: zero-width spaces and joiners,
-// bidirectional marks and overrides such as U+202E, the byte order mark,
-// the soft hyphen, tag characters); line and paragraph separators; spaces
-// other than U+0020, which pass for it; variation selectors, fillers and
-// the other default-ignorable code points; and the blank braille pattern.
-// Letters, marks, digits, punctuation, symbols and the ASCII space are
-// visible. Tools that print records (ledgerctl) escape what it reports.
-func Invisible(r rune) bool {
-	switch {
-	case r == ' ':
-		return false
-	case unicode.IsControl(r),
-		unicode.In(r, unicode.Cf, unicode.Zs, unicode.Zl, unicode.Zp,
-			unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point):
-		return true
-	}
-	return r == '\u2800' // BRAILLE PATTERN BLANK
 }
 
 // validateOptionalName is ValidateName for a value that may be empty.
@@ -96,11 +51,11 @@ func validateOptionalName(field, s string) error {
 	return ValidateName(field, s)
 }
 
-// ValidateText checks free text: valid UTF-8, no NUL, at most MaxTextBytes.
+// ValidateText checks free text: valid UTF-8, no NUL, at most ledger.MaxTextBytes.
 func ValidateText(field, s string) error {
 	switch {
-	case len(s) > MaxTextBytes:
-		return invalid(field, "must be at most %d bytes, got %d", MaxTextBytes, len(s))
+	case len(s) > ledger.MaxTextBytes:
+		return invalid(field, "must be at most %d bytes, got %d", ledger.MaxTextBytes, len(s))
 	case !utf8.ValidString(s):
 		return invalid(field, "must be valid UTF-8")
 	case strings.IndexByte(s, 0) >= 0:
@@ -121,21 +76,21 @@ func ValidateTime(field string, t time.Time) error {
 }
 
 // ValidateDuration checks a lease or claim duration: at least a
-// microsecond, at most MaxLeaseDuration.
+// microsecond, at most ledger.MaxLeaseDuration.
 func ValidateDuration(field string, d time.Duration) error {
 	if d < time.Microsecond {
 		return invalid(field, "must be positive (at least 1µs)")
 	}
-	if d > MaxLeaseDuration {
-		return invalid(field, "must be at most %s", MaxLeaseDuration)
+	if d > ledger.MaxLeaseDuration {
+		return invalid(field, "must be at most %s", ledger.MaxLeaseDuration)
 	}
 	return nil
 }
 
-// ValidateLimit checks a limit or page size: 1 to MaxLimit.
+// ValidateLimit checks a limit or page size: 1 to ledger.MaxLimit.
 func ValidateLimit(field string, n int) error {
-	if n < 1 || n > MaxLimit {
-		return invalid(field, "must be between 1 and %d, got %d", MaxLimit, n)
+	if n < 1 || n > ledger.MaxLimit {
+		return invalid(field, "must be between 1 and %d, got %d", ledger.MaxLimit, n)
 	}
 	return nil
 }
@@ -159,7 +114,7 @@ func ValidateContext(ctx context.Context) error {
 
 // ValidateOwner checks both halves of an owner; an empty owner can never
 // match or bypass an owner check.
-func ValidateOwner(o Owner) error {
+func ValidateOwner(o ledger.Owner) error {
 	if err := ValidateName("owner agent", o.Agent); err != nil {
 		return err
 	}
@@ -167,7 +122,7 @@ func ValidateOwner(o Owner) error {
 }
 
 // ValidateLeaseArg checks a lease passed back to a lease-bearing call.
-func ValidateLeaseArg(l Lease) error {
+func ValidateLeaseArg(l ledger.Lease) error {
 	if err := ValidateName("lease delivery id", string(l.DeliveryID)); err != nil {
 		return err
 	}
@@ -184,7 +139,7 @@ func ValidateLeaseArg(l Lease) error {
 }
 
 // ValidateClaimArg checks a claim passed back to a claim completion.
-func ValidateClaimArg(c Claim) error {
+func ValidateClaimArg(c ledger.Claim) error {
 	if err := ValidateName("claim entry id", string(c.EntryID)); err != nil {
 		return err
 	}
@@ -197,15 +152,15 @@ func ValidateClaimArg(c Claim) error {
 }
 
 // ValidateCause checks an expiry cause.
-func ValidateCause(c Cause) error {
+func ValidateCause(c ledger.Cause) error {
 	if err := ValidateName("cause kind", string(c.Kind)); err != nil {
 		return err
 	}
 	return ValidateText("cause detail", c.Detail)
 }
 
-// ValidateEnqueue checks an EnqueueRequest against a store's payload limit.
-func ValidateEnqueue(req EnqueueRequest, now time.Time, maxPayload int) error {
+// ValidateEnqueue checks a ledger.EnqueueRequest against a store's payload limit.
+func ValidateEnqueue(req ledger.EnqueueRequest, now time.Time, maxPayload int) error {
 	return first(
 		ValidateName("id", string(req.ID)),
 		ValidateName("target", string(req.Target)),
@@ -218,8 +173,8 @@ func ValidateEnqueue(req EnqueueRequest, now time.Time, maxPayload int) error {
 	)
 }
 
-// ValidateEnqueueBatch checks a batch: 1 to MaxLimit requests, each valid.
-func ValidateEnqueueBatch(reqs []EnqueueRequest, now time.Time, maxPayload int) error {
+// ValidateEnqueueBatch checks a batch: 1 to ledger.MaxLimit requests, each valid.
+func ValidateEnqueueBatch(reqs []ledger.EnqueueRequest, now time.Time, maxPayload int) error {
 	if err := ValidateLimit("batch length", len(reqs)); err != nil {
 		return err
 	}
@@ -231,8 +186,8 @@ func ValidateEnqueueBatch(reqs []EnqueueRequest, now time.Time, maxPayload int) 
 	return nil
 }
 
-// ValidateLease checks the arguments of Ledger.Lease.
-func ValidateLease(filter LeaseFilter, owner Owner, now time.Time, duration time.Duration, limit int) error {
+// ValidateLease checks the arguments of ledger.Ledger.Lease.
+func ValidateLease(filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) error {
 	return first(
 		validateTargets("filter targets", filter.Targets),
 		validateOptionalName("filter ceremony", string(filter.Ceremony)),
@@ -243,13 +198,13 @@ func ValidateLease(filter LeaseFilter, owner Owner, now time.Time, duration time
 	)
 }
 
-// ValidateAcknowledge checks the arguments of Ledger.Acknowledge.
-func ValidateAcknowledge(lease Lease, observation string, now time.Time) error {
+// ValidateAcknowledge checks the arguments of ledger.Ledger.Acknowledge.
+func ValidateAcknowledge(lease ledger.Lease, observation string, now time.Time) error {
 	return first(ValidateLeaseArg(lease), ValidateText("observation", observation), ValidateTime("now", now))
 }
 
-// ValidateMarkProcessed checks the arguments of Ledger.MarkProcessed.
-func ValidateMarkProcessed(id DeliveryID, owner Owner, fence *Fence, action ActionRef, now time.Time) error {
+// ValidateMarkProcessed checks the arguments of ledger.Ledger.MarkProcessed.
+func ValidateMarkProcessed(id ledger.DeliveryID, owner ledger.Owner, fence *ledger.Fence, action ledger.ActionRef, now time.Time) error {
 	var fenceErr error
 	if fence != nil && *fence < 0 {
 		fenceErr = invalid("fence", "must not be negative")
@@ -264,9 +219,9 @@ func ValidateMarkProcessed(id DeliveryID, owner Owner, fence *Fence, action Acti
 }
 
 // ValidateAcknowledgeProcessed checks the arguments of
-// AckProcessor.AcknowledgeProcessed: those of Acknowledge, then the fence
+// ledger.AckProcessor.AcknowledgeProcessed: those of Acknowledge, then the fence
 // and the action of MarkProcessed.
-func ValidateAcknowledgeProcessed(lease Lease, observation string, fence *Fence, action ActionRef, now time.Time) error {
+func ValidateAcknowledgeProcessed(lease ledger.Lease, observation string, fence *ledger.Fence, action ledger.ActionRef, now time.Time) error {
 	var fenceErr error
 	if fence != nil && *fence < 0 {
 		fenceErr = invalid("fence", "must not be negative")
@@ -274,8 +229,8 @@ func ValidateAcknowledgeProcessed(lease Lease, observation string, fence *Fence,
 	return first(ValidateAcknowledge(lease, observation, now), fenceErr, ValidateName("action", string(action)))
 }
 
-// ValidateRecordActivation checks the arguments of Ledger.RecordActivation.
-func ValidateRecordActivation(id DeliveryID, a Activation, now time.Time) error {
+// ValidateRecordActivation checks the arguments of ledger.Ledger.RecordActivation.
+func ValidateRecordActivation(id ledger.DeliveryID, a ledger.Activation, now time.Time) error {
 	var resultErr error
 	if !a.Result.Valid() {
 		resultErr = invalid("activation result", "unknown value %q", a.Result)
@@ -283,28 +238,28 @@ func ValidateRecordActivation(id DeliveryID, a Activation, now time.Time) error 
 	return first(ValidateName("id", string(id)), resultErr, ValidateText("activation detail", a.Detail), ValidateTime("now", now))
 }
 
-// ValidateMarkFailed checks the arguments of Ledger.MarkFailed.
-func ValidateMarkFailed(lease Lease, reason FailureReason, now time.Time) error {
+// ValidateMarkFailed checks the arguments of ledger.Ledger.MarkFailed.
+func ValidateMarkFailed(lease ledger.Lease, reason ledger.FailureReason, now time.Time) error {
 	return first(ValidateLeaseArg(lease), ValidateText("failure message", reason.Message), ValidateTime("now", now))
 }
 
-// ValidateRelease checks the arguments of Ledger.Release.
-func ValidateRelease(lease Lease, now time.Time) error {
+// ValidateRelease checks the arguments of ledger.Ledger.Release.
+func ValidateRelease(lease ledger.Lease, now time.Time) error {
 	return first(ValidateLeaseArg(lease), ValidateTime("now", now))
 }
 
-// ValidateAbandon checks the arguments of Ledger.Abandon.
-func ValidateAbandon(id DeliveryID, cause Cause, now time.Time) error {
+// ValidateAbandon checks the arguments of ledger.Ledger.Abandon.
+func ValidateAbandon(id ledger.DeliveryID, cause ledger.Cause, now time.Time) error {
 	return first(ValidateName("id", string(id)), ValidateCause(cause), ValidateTime("now", now))
 }
 
-// ValidateExpireCeremony checks the arguments of Ledger.ExpireCeremony.
-func ValidateExpireCeremony(ceremony CeremonyID, cause Cause, now time.Time) error {
+// ValidateExpireCeremony checks the arguments of ledger.Ledger.ExpireCeremony.
+func ValidateExpireCeremony(ceremony ledger.CeremonyID, cause ledger.Cause, now time.Time) error {
 	return first(ValidateName("ceremony", string(ceremony)), ValidateCause(cause), ValidateTime("now", now))
 }
 
-// ValidateSupersede checks the arguments of Ledger.Supersede.
-func ValidateSupersede(previous, replacement Target, mode FollowMode, now time.Time) error {
+// ValidateSupersede checks the arguments of ledger.Ledger.Supersede.
+func ValidateSupersede(previous, replacement ledger.Target, mode ledger.FollowMode, now time.Time) error {
 	var err error
 	switch {
 	case !mode.Valid():
@@ -320,9 +275,9 @@ func ValidateSupersede(previous, replacement Target, mode FollowMode, now time.T
 	)
 }
 
-// ValidateList checks a ListQuery and returns the ID its cursor points
+// ValidateList checks a ledger.ListQuery and returns the ID its cursor points
 // after ("" for the first page).
-func ValidateList(q ListQuery) (after DeliveryID, err error) {
+func ValidateList(q ledger.ListQuery) (after ledger.DeliveryID, err error) {
 	for _, s := range q.States {
 		if !s.Valid() {
 			return "", invalid("states", "unknown state %q", s)
@@ -339,7 +294,7 @@ func ValidateList(q ListQuery) (after DeliveryID, err error) {
 }
 
 // ValidateEnvelope checks an outbox envelope against a store's payload limit.
-func ValidateEnvelope(env Envelope, maxPayload int) error {
+func ValidateEnvelope(env ledger.Envelope, maxPayload int) error {
 	return first(
 		ValidateName("provider", env.Provider),
 		ValidateName("kind", env.Kind),
@@ -349,8 +304,8 @@ func ValidateEnvelope(env Envelope, maxPayload int) error {
 	)
 }
 
-// ValidateEnvelopeBatch checks a batch of envelopes: 1 to MaxLimit, each valid.
-func ValidateEnvelopeBatch(envs []Envelope, maxPayload int) error {
+// ValidateEnvelopeBatch checks a batch of envelopes: 1 to ledger.MaxLimit, each valid.
+func ValidateEnvelopeBatch(envs []ledger.Envelope, maxPayload int) error {
 	if err := ValidateLimit("batch length", len(envs)); err != nil {
 		return err
 	}
@@ -363,12 +318,12 @@ func ValidateEnvelopeBatch(envs []Envelope, maxPayload int) error {
 }
 
 // ValidateEmissionError checks an emission error.
-func ValidateEmissionError(e EmissionError) error {
+func ValidateEmissionError(e ledger.EmissionError) error {
 	return first(validateOptionalName("error code", e.Code), ValidateText("error message", e.Message))
 }
 
 // ValidateEmissionResult checks an emission result.
-func ValidateEmissionResult(r EmissionResult) error {
+func ValidateEmissionResult(r ledger.EmissionResult) error {
 	return first(validateOptionalName("result provider ref", r.ProviderRef), ValidateText("result detail", r.Detail))
 }
 
@@ -394,28 +349,17 @@ func validatePastOK(field string, t time.Time) error {
 	return nil
 }
 
-// ClampPast returns t normalised, or MinTime() when t is before it. Times at
-// which something becomes due (a nextRetry, a NextAttemptAt, an
-// AvailableAt) may lie anywhere in the past and mean "due now"; clamping
-// keeps them inside the range both stores represent.
-func ClampPast(t time.Time) time.Time {
-	if t.Before(MinTime()) {
-		return MinTime()
-	}
-	return Normalize(t)
-}
-
 // ValidateSave checks the entry given to Save. Its Version is not
 // checked: a version the entry never had (zero, say, from an entry built
-// by hand) is a stale one, which Save answers with ErrConflict.
-func ValidateSave(e OutboxEntry) error {
+// by hand) is a stale one, which Save answers with ledger.ErrConflict.
+func ValidateSave(e ledger.OutboxEntry) error {
 	return validateEntryFields(e)
 }
 
 // ValidateSaveClaim checks the arguments of SaveClaim. The entry's Version
 // is not checked (the claim token is SaveClaim's guard), but its ID must be
 // the claimed entry's.
-func ValidateSaveClaim(claim Claim, e OutboxEntry) error {
+func ValidateSaveClaim(claim ledger.Claim, e ledger.OutboxEntry) error {
 	var idErr error
 	if e.ID != claim.EntryID {
 		idErr = invalid("entry id", "must be the claimed entry's ID")
@@ -424,7 +368,7 @@ func ValidateSaveClaim(claim Claim, e OutboxEntry) error {
 }
 
 // validateEntryFields checks the mutable fields Save and SaveClaim write.
-func validateEntryFields(e OutboxEntry) error {
+func validateEntryFields(e ledger.OutboxEntry) error {
 	var statusErr, nextErr error
 	if !e.Status.Valid() {
 		statusErr = invalid("status", "unknown value %q", e.Status)
@@ -432,8 +376,8 @@ func validateEntryFields(e OutboxEntry) error {
 		nextErr = validatePastOK("next attempt at", e.NextAttemptAt)
 	}
 	var attemptsErr error
-	if e.Attempts < 0 || e.Attempts > MaxCount {
-		attemptsErr = invalid("attempts", "must be between 0 and %d, got %d", MaxCount, e.Attempts)
+	if e.Attempts < 0 || e.Attempts > ledger.MaxCount {
+		attemptsErr = invalid("attempts", "must be between 0 and %d, got %d", ledger.MaxCount, e.Attempts)
 	}
 	var errErr, resErr error
 	if e.LastError != nil {
@@ -449,8 +393,8 @@ func validateEntryFields(e OutboxEntry) error {
 	)
 }
 
-// ValidateClaimRequest checks a ClaimRequest.
-func ValidateClaimRequest(req ClaimRequest) error {
+// ValidateClaimRequest checks a ledger.ClaimRequest.
+func ValidateClaimRequest(req ledger.ClaimRequest) error {
 	return first(
 		ValidateName("worker", req.Worker),
 		ValidateTime("now", req.Now),
@@ -459,9 +403,9 @@ func ValidateClaimRequest(req ClaimRequest) error {
 	)
 }
 
-func validateTargets(field string, ts []Target) error {
-	if len(ts) > MaxLimit {
-		return invalid(field, "must list at most %d targets", MaxLimit)
+func validateTargets(field string, ts []ledger.Target) error {
+	if len(ts) > ledger.MaxLimit {
+		return invalid(field, "must list at most %d targets", ledger.MaxLimit)
 	}
 	for _, t := range ts {
 		if err := ValidateName(field, string(t)); err != nil {
@@ -492,13 +436,13 @@ func first(errs ...error) error {
 const cursorPrefix = "c1:"
 
 // EncodeCursor returns the opaque List cursor that resumes after id.
-func EncodeCursor(after DeliveryID) string { return encodeCursor(cursorPrefix, string(after)) }
+func EncodeCursor(after ledger.DeliveryID) string { return encodeCursor(cursorPrefix, string(after)) }
 
 // DecodeCursor returns the ID a List cursor resumes after; "" for an empty
-// cursor. A cursor not made by EncodeCursor is ErrInvalid.
-func DecodeCursor(cursor string) (DeliveryID, error) {
+// cursor. A cursor not made by EncodeCursor is ledger.ErrInvalid.
+func DecodeCursor(cursor string) (ledger.DeliveryID, error) {
 	id, err := decodeCursor(cursorPrefix, cursor)
-	return DeliveryID(id), err
+	return ledger.DeliveryID(id), err
 }
 
 // encodeCursor returns the cursor that resumes after id in the listing
@@ -514,7 +458,7 @@ func decodeCursor(prefix, cursor string) (string, error) {
 	if cursor == "" {
 		return "", nil
 	}
-	if len(cursor) > 2*MaxNameBytes {
+	if len(cursor) > 2*ledger.MaxNameBytes {
 		return "", invalid("cursor", "malformed")
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
@@ -536,48 +480,48 @@ func ValidateGet(id string) error { return ValidateName("id", id) }
 // ValidateExpire checks the now given to Expire.
 func ValidateExpire(now time.Time) error { return ValidateTime("now", now) }
 
-// ValidateFindPending checks the arguments of OutboxStore.FindPending.
+// ValidateFindPending checks the arguments of ledger.OutboxStore.FindPending.
 func ValidateFindPending(limit int) error { return ValidateLimit("limit", limit) }
 
-// ValidateFindRetryReady checks the arguments of OutboxStore.FindRetryReady.
+// ValidateFindRetryReady checks the arguments of ledger.OutboxStore.FindRetryReady.
 func ValidateFindRetryReady(now time.Time, limit int) error {
 	return first(ValidateTime("now", now), ValidateLimit("limit", limit))
 }
 
-// ValidateMarkDelivered checks the arguments of OutboxStore.MarkDelivered.
-func ValidateMarkDelivered(id OutboxEntryID, result EmissionResult) error {
+// ValidateMarkDelivered checks the arguments of ledger.OutboxStore.MarkDelivered.
+func ValidateMarkDelivered(id ledger.OutboxEntryID, result ledger.EmissionResult) error {
 	return first(ValidateName("id", string(id)), ValidateEmissionResult(result))
 }
 
-// ValidateMarkEntryFailed checks the arguments of OutboxStore.MarkFailed.
-func ValidateMarkEntryFailed(id OutboxEntryID, emissionErr EmissionError, nextRetry *time.Time) error {
+// ValidateMarkEntryFailed checks the arguments of ledger.OutboxStore.MarkFailed.
+func ValidateMarkEntryFailed(id ledger.OutboxEntryID, emissionErr ledger.EmissionError, nextRetry *time.Time) error {
 	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateNextRetry(nextRetry))
 }
 
-// ValidateMarkDeadLettered checks the arguments of OutboxStore.MarkDeadLettered.
-func ValidateMarkDeadLettered(id OutboxEntryID, emissionErr EmissionError, reason string) error {
+// ValidateMarkDeadLettered checks the arguments of ledger.OutboxStore.MarkDeadLettered.
+func ValidateMarkDeadLettered(id ledger.OutboxEntryID, emissionErr ledger.EmissionError, reason string) error {
 	return first(ValidateName("id", string(id)), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
 }
 
 // ValidateClaimCompletions checks the argument of
-// ClaimCompleter.CompleteClaims: 1 to MaxLimit completions, each valid as
+// ledger.ClaimCompleter.CompleteClaims: 1 to ledger.MaxLimit completions, each valid as
 // the call its Op names, and no Op but those five.
-func ValidateClaimCompletions(cs []ClaimCompletion) error {
+func ValidateClaimCompletions(cs []ledger.ClaimCompletion) error {
 	if err := ValidateLimit("completions", len(cs)); err != nil {
 		return err
 	}
 	for _, c := range cs {
 		var err error
 		switch c.Op {
-		case OpMarkDelivered:
+		case ledger.OpMarkDelivered:
 			err = ValidateMarkClaimDelivered(c.Claim, c.Result)
-		case OpMarkFailed:
+		case ledger.OpMarkFailed:
 			err = ValidateMarkClaimFailed(c.Claim, c.Error, c.NextRetry)
-		case OpMarkDeadLettered:
+		case ledger.OpMarkDeadLettered:
 			err = ValidateMarkClaimDeadLettered(c.Claim, c.Error, c.Reason)
-		case OpSaveClaim:
+		case ledger.OpSaveClaim:
 			err = ValidateSaveClaim(c.Claim, c.Entry)
-		case OpReleaseClaim:
+		case ledger.OpReleaseClaim:
 			err = ValidateReleaseClaim(c.Claim, c.Reason)
 		default:
 			err = invalid("completion op", "must be mark_delivered, mark_failed, mark_dead_lettered, save_claim or release_claim, got %q", c.Op)
@@ -589,32 +533,121 @@ func ValidateClaimCompletions(cs []ClaimCompletion) error {
 	return nil
 }
 
-// ValidateMarkClaimDelivered checks the arguments of ClaimStore.MarkClaimDelivered.
-func ValidateMarkClaimDelivered(claim Claim, result EmissionResult) error {
+// ValidateMarkClaimDelivered checks the arguments of ledger.ClaimStore.MarkClaimDelivered.
+func ValidateMarkClaimDelivered(claim ledger.Claim, result ledger.EmissionResult) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionResult(result))
 }
 
-// ValidateMarkClaimFailed checks the arguments of ClaimStore.MarkClaimFailed.
-func ValidateMarkClaimFailed(claim Claim, emissionErr EmissionError, nextRetry *time.Time) error {
+// ValidateMarkClaimFailed checks the arguments of ledger.ClaimStore.MarkClaimFailed.
+func ValidateMarkClaimFailed(claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionError(emissionErr), ValidateNextRetry(nextRetry))
 }
 
-// ValidateMarkClaimDeadLettered checks the arguments of ClaimStore.MarkClaimDeadLettered.
-func ValidateMarkClaimDeadLettered(claim Claim, emissionErr EmissionError, reason string) error {
+// ValidateMarkClaimDeadLettered checks the arguments of ledger.ClaimStore.MarkClaimDeadLettered.
+func ValidateMarkClaimDeadLettered(claim ledger.Claim, emissionErr ledger.EmissionError, reason string) error {
 	return first(ValidateClaimArg(claim), ValidateEmissionError(emissionErr), ValidateText("dead letter reason", reason))
 }
 
-// ValidateReleaseClaim checks the arguments of ClaimStore.ReleaseClaim.
-func ValidateReleaseClaim(claim Claim, reason string) error {
+// ValidateReleaseClaim checks the arguments of ledger.ClaimStore.ReleaseClaim.
+func ValidateReleaseClaim(claim ledger.Claim, reason string) error {
 	return first(ValidateClaimArg(claim), ValidateText("reason", reason))
 }
 
-// ValidateRenewLease checks the arguments of Renewer.RenewLease.
-func ValidateRenewLease(lease Lease, now time.Time, duration time.Duration) error {
+// ValidateRenewLease checks the arguments of ledger.Renewer.RenewLease.
+func ValidateRenewLease(lease ledger.Lease, now time.Time, duration time.Duration) error {
 	return first(ValidateLeaseArg(lease), ValidateTime("now", now), ValidateDuration("lease duration", duration))
 }
 
-// ValidateRenewClaim checks the arguments of ClaimRenewer.RenewClaim.
-func ValidateRenewClaim(claim Claim, now time.Time, duration time.Duration) error {
+// ValidateRenewClaim checks the arguments of ledger.ClaimRenewer.RenewClaim.
+func ValidateRenewClaim(claim ledger.Claim, now time.Time, duration time.Duration) error {
 	return first(ValidateClaimArg(claim), ValidateTime("now", now), ValidateDuration("lease duration", duration))
+}
+
+// invalid returns the *ledger.InvalidError every Validate function
+// answers with, so that errors.Is(err, ledger.ErrInvalid) holds.
+func invalid(field, format string, args ...any) error {
+	return &ledger.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ClampPast returns t normalised, or MinTime() when t is before it. Times at
+// which something becomes due (a nextRetry, a NextAttemptAt, an
+// AvailableAt) may lie anywhere in the past and mean "due now"; clamping
+// keeps them inside the range both stores represent.
+func ClampPast(t time.Time) time.Time {
+	if t.Before(MinTime()) {
+		return MinTime()
+	}
+	return ledger.Normalize(t)
+}
+
+// ValidateEndFenceRejected checks the arguments of EndFenceRejected.
+func ValidateEndFenceRejected(id ledger.DeliveryID, owner ledger.Owner, fence ledger.Fence, now time.Time) error {
+	return ValidateMarkProcessed(id, owner, &fence, "fence_rejected", now)
+}
+
+// ValidateMetadata checks an item's metadata: at most ledger.MaxMetadataEntries
+// keys, each a valid name, each value valid free text, and at most
+// ledger.MaxMetadataBytes in all. The error names field ("metadata") or its keys
+// and values; when several keys are wrong it names the first in byte
+// order, so every store reports the same one.
+func ValidateMetadata(field string, md ledger.Metadata) error {
+	if len(md) == 0 {
+		return nil
+	}
+	if len(md) > ledger.MaxMetadataEntries {
+		return invalid(field, "must have at most %d keys, got %d", ledger.MaxMetadataEntries, len(md))
+	}
+	size := 0
+	bad := false
+	for k, v := range md {
+		size += len(k) + len(v)
+		if metadataEntryError(field, k, v) != nil {
+			bad = true
+		}
+	}
+	if bad {
+		// Only a rejected call pays for the sort that makes the error the
+		// same in every store and every run.
+		for _, k := range slices.Sorted(maps.Keys(md)) {
+			if err := metadataEntryError(field, k, md[k]); err != nil {
+				return err
+			}
+		}
+	}
+	if size > ledger.MaxMetadataBytes {
+		return invalid(field, "must be at most %d bytes of keys and values, got %d", ledger.MaxMetadataBytes, size)
+	}
+	return nil
+}
+
+// metadataEntryError checks one key and its value.
+func metadataEntryError(field, k, v string) error {
+	if err := ValidateName(field+" key", k); err != nil {
+		return err
+	}
+	var ie *ledger.InvalidError
+	if err := ValidateText(field+" value", v); errors.As(err, &ie) {
+		return invalid(ie.Field, "for key %q: %s", k, ie.Reason)
+	}
+	return nil
+}
+
+// ValidatePurge checks the arguments of PurgeDeliveries and PurgeEntries.
+func ValidatePurge(olderThan time.Time, limit int) error {
+	return first(ValidateTime("older than", olderThan), ValidateLimit("limit", limit))
+}
+
+// ValidateStats checks the arguments of Stats.
+func ValidateStats(f ledger.StatsFilter, now time.Time) error {
+	return first(optionalName("target", string(f.Target)), optionalName("ceremony", string(f.Ceremony)), ValidateTime("now", now))
+}
+
+// ValidateOutboxStats checks the argument of ledger.OutboxStats.
+func ValidateOutboxStats(now time.Time) error { return ValidateTime("now", now) }
+
+func optionalName(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	return ValidateName(field, s)
 }

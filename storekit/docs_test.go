@@ -1,4 +1,4 @@
-package ledger
+package storekit
 
 import (
 	"flag"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/ledger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the generated tables in docs/st
 // computed here from the pure functions, so the drawing cannot drift from
 // the code. Run with -update after changing a transition.
 func TestStateMachineDocs(t *testing.T) {
-	const path = "docs/state-machines.md"
+	const path = "../docs/state-machines.md"
 	doc, err := os.ReadFile(path)
 	require.NoError(t, err)
 	got := string(doc)
@@ -28,7 +29,7 @@ func TestStateMachineDocs(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 		return
 	}
-	require.Equal(t, string(doc), got, "docs/state-machines.md is stale: run go test -run TestStateMachineDocs -update .")
+	require.Equal(t, string(doc), got, "docs/state-machines.md is stale: run go test -run TestStateMachineDocs -update ./storekit")
 }
 
 func replaceBetween(t *testing.T, doc, marker, table string) string {
@@ -38,8 +39,8 @@ func replaceBetween(t *testing.T, doc, marker, table string) string {
 	return parts[0] + marker + "\n" + table + marker + parts[2]
 }
 
-func cell(o Outcome, before, after string) string {
-	if o != OutcomeApplied || before == after {
+func cell(o ledger.Outcome, before, after string) string {
+	if o != ledger.OutcomeApplied || before == after {
 		return string(o)
 	}
 	return fmt.Sprintf("%s → %s", o, after)
@@ -51,67 +52,67 @@ func deliveryTable(t *testing.T) string {
 	now := t0.Add(30 * time.Second)
 	cols := []struct {
 		name string
-		run  func(d Delivery) string
+		run  func(d ledger.Delivery) string
 	}{
-		{"Lease", func(d Delivery) string {
-			if !d.Offerable(late) {
+		{"Lease", func(d ledger.Delivery) string {
+			if !Delivery(d).Offerable(late) {
 				return "not offered"
 			}
-			g, _ := d.Grant(ownerB, "t", late, time.Minute)
-			return cell(OutcomeApplied, "", string(g.State))
+			g, _ := Delivery(d).Grant(ownerB, "t", late, time.Minute)
+			return cell(ledger.OutcomeApplied, "", string(g.State))
 		}},
-		{"Acknowledge", func(d Delivery) string {
-			g, o := d.Acknowledge(lease, "", now)
+		{"Acknowledge", func(d ledger.Delivery) string {
+			g, o := Delivery(d).Acknowledge(lease, "", now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"MarkProcessed", func(d Delivery) string {
-			g, o := d.MarkProcessed(ownerA, nil, nil, "act-1", now)
+		{"MarkProcessed", func(d ledger.Delivery) string {
+			g, o := Delivery(d).MarkProcessed(ownerA, nil, nil, "act-1", now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"RecordActivation", func(d Delivery) string {
-			g, o := d.RecordActivation(Activation{Result: ActivationDelivered}, now)
+		{"RecordActivation", func(d ledger.Delivery) string {
+			g, o := Delivery(d).RecordActivation(ledger.Activation{Result: ledger.ActivationDelivered}, now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"MarkFailed", func(d Delivery) string {
-			g, o := d.MarkFailed(lease, FailureReason{}, now)
+		{"MarkFailed", func(d ledger.Delivery) string {
+			g, o := Delivery(d).MarkFailed(lease, ledger.FailureReason{}, now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"Release", func(d Delivery) string {
-			g, o := d.Release(lease, now)
+		{"Release", func(d ledger.Delivery) string {
+			g, o := Delivery(d).Release(lease, now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"RenewLease", func(d Delivery) string {
-			g, o := d.Renew(lease, now, time.Minute)
+		{"RenewLease", func(d ledger.Delivery) string {
+			g, o := Delivery(d).Renew(lease, now, time.Minute)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"Expire (after deadlines)", func(d Delivery) string {
-			g, changed := d.Expire(late)
+		{"Expire (after deadlines)", func(d ledger.Delivery) string {
+			g, changed := Delivery(d).Expire(late)
 			if !changed {
 				return "unchanged"
 			}
 			return "→ " + string(g.State)
 		}},
-		{"Abandon", func(d Delivery) string {
-			g, o := d.Abandon(Cause{Kind: CauseQueueBounded}, now)
+		{"Abandon", func(d ledger.Delivery) string {
+			g, o := Delivery(d).Abandon(ledger.Cause{Kind: ledger.CauseQueueBounded}, now)
 			return cell(o, string(d.State), string(g.State))
 		}},
-		{"Supersede Follow", func(d Delivery) string {
-			g, changed := d.Supersede("host-2", Follow, now)
+		{"Supersede Follow", func(d ledger.Delivery) string {
+			g, changed := Delivery(d).Supersede("host-2", ledger.Follow, now)
 			if !changed {
 				return "unchanged"
 			}
 			return "moved → " + string(g.State)
 		}},
-		{"Supersede LeaveBehind", func(d Delivery) string {
-			g, changed := d.Supersede("host-2", LeaveBehind, now)
+		{"Supersede LeaveBehind", func(d ledger.Delivery) string {
+			g, changed := Delivery(d).Supersede("host-2", ledger.LeaveBehind, now)
 			if !changed {
 				return "unchanged"
 			}
 			return "→ " + string(g.State)
 		}},
-		{"Redrive", func(d Delivery) string {
-			_, fresh, o := d.Redrive("", false, now)
-			if o != OutcomeApplied {
+		{"Redrive", func(d ledger.Delivery) string {
+			_, fresh, o := Delivery(d).Redrive("", false, now)
+			if o != ledger.OutcomeApplied {
 				return string(o)
 			}
 			return "applied, new " + string(fresh.State)
@@ -123,7 +124,7 @@ func deliveryTable(t *testing.T) string {
 		b.WriteString(" " + c.name + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, s := range DeliveryStates() {
+	for _, s := range ledger.DeliveryStates() {
 		b.WriteString("| " + string(s) + " |")
 		for _, c := range cols {
 			b.WriteString(" " + c.run(all[s]) + " |")
@@ -143,37 +144,47 @@ func outboxTable(t *testing.T) string {
 		b.WriteString(" " + c + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, s := range OutboxStatuses() {
+	for _, s := range ledger.OutboxStatuses() {
 		e := newEntry()
-		if s != OutboxStatusPending {
+		if s != ledger.OutboxStatusPending {
 			in := e
 			in.Status = s
 			in.NextAttemptAt = t0
-			e = e.apply(in, OpSave, t0)
+			e = OutboxEntry(e).apply(in, ledger.OpSave, t0)
 		}
-		claimable := e.PendingClaimable(retry) || e.RetryClaimable(retry)
-		claimed, claim := e.Grant("w1", "tok", t0, time.Minute)
+		claimable := OutboxEntry(e).PendingClaimable(retry) || OutboxEntry(e).RetryClaimable(retry)
+		claimed, claim := OutboxEntry(e).Grant("w1", "tok", t0, time.Minute)
 		if !claimable {
-			claimed, claim = e, Claim{EntryID: e.ID, Token: "tok", Seq: 1}
+			claimed, claim = e, ledger.Claim{EntryID: e.ID, Token: "tok", Seq: 1}
 		}
 		row := []string{"not claimable"}
 		if claimable {
 			row[0] = "claimed"
 		}
 		deferred := claimed
-		deferred.Status, deferred.NextAttemptAt = OutboxStatusDeferred, retry
-		for _, r := range []func() (OutboxEntry, Outcome){
-			func() (OutboxEntry, Outcome) { return claimed.MarkClaimDelivered(claim, EmissionResult{}, t0) },
-			func() (OutboxEntry, Outcome) { return claimed.MarkClaimFailed(claim, EmissionError{}, &retry, t0) },
-			func() (OutboxEntry, Outcome) { return claimed.MarkClaimFailed(claim, EmissionError{}, nil, t0) },
-			func() (OutboxEntry, Outcome) { return claimed.MarkClaimDeadLettered(claim, EmissionError{}, "", t0) },
-			func() (OutboxEntry, Outcome) { return claimed.ReleaseClaim(claim, t0) },
-			func() (OutboxEntry, Outcome) { return claimed.SaveClaim(claim, deferred, t0) },
+		deferred.Status, deferred.NextAttemptAt = ledger.OutboxStatusDeferred, retry
+		for _, r := range []func() (ledger.OutboxEntry, ledger.Outcome){
+			func() (ledger.OutboxEntry, ledger.Outcome) {
+				return OutboxEntry(claimed).MarkClaimDelivered(claim, ledger.EmissionResult{}, t0)
+			},
+			func() (ledger.OutboxEntry, ledger.Outcome) {
+				return OutboxEntry(claimed).MarkClaimFailed(claim, ledger.EmissionError{}, &retry, t0)
+			},
+			func() (ledger.OutboxEntry, ledger.Outcome) {
+				return OutboxEntry(claimed).MarkClaimFailed(claim, ledger.EmissionError{}, nil, t0)
+			},
+			func() (ledger.OutboxEntry, ledger.Outcome) {
+				return OutboxEntry(claimed).MarkClaimDeadLettered(claim, ledger.EmissionError{}, "", t0)
+			},
+			func() (ledger.OutboxEntry, ledger.Outcome) { return OutboxEntry(claimed).ReleaseClaim(claim, t0) },
+			func() (ledger.OutboxEntry, ledger.Outcome) {
+				return OutboxEntry(claimed).SaveClaim(claim, deferred, t0)
+			},
 		} {
 			g, o := r()
 			row = append(row, cell(o, "", string(g.Status)))
 		}
-		if _, fresh, o := e.Redrive("", false, t0); o == OutcomeApplied {
+		if _, fresh, o := OutboxEntry(e).Redrive("", false, t0); o == ledger.OutcomeApplied {
 			row = append(row, "applied, new "+string(fresh.Status))
 		} else {
 			row = append(row, string(o))

@@ -1,10 +1,14 @@
-package ledger
+package storekit
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/leaseledger/ledger"
 )
 
 // The fuzz targets below feed arbitrary input to the validators and to the
@@ -119,7 +123,7 @@ func fuzzTime(zero bool, sec, nsec int64) time.Time {
 
 // fuzzPolicyOK re-derives the policy rule: attempts 0 to 1000, durations 0
 // to 365 days.
-func fuzzPolicyOK(p Policy) bool {
+func fuzzPolicyOK(p ledger.Policy) bool {
 	const maxDur = 365 * 24 * time.Hour
 	ok := func(d time.Duration) bool { return d >= 0 && d <= maxDur }
 	return p.MaxAttempts >= 0 && p.MaxAttempts <= 1000 && ok(p.BackoffBase) && ok(p.BackoffMax) && ok(p.AckWindow)
@@ -130,7 +134,7 @@ func fuzzPolicyOK(p Policy) bool {
 // whether such a duration is invalid or rounded, so the validator may
 // answer either way; FuzzPolicyBackoff checks that an accepted one does
 // not silently become zero.
-func fuzzSubMicro(p Policy) bool {
+func fuzzSubMicro(p ledger.Policy) bool {
 	sub := func(d time.Duration) bool { return d > 0 && d < time.Microsecond }
 	return sub(p.BackoffBase) || sub(p.BackoffMax) || sub(p.AckWindow)
 }
@@ -139,10 +143,10 @@ func fuzzSubMicro(p Policy) bool {
 // ErrInvalid and names a field.
 func fuzzRejected(t *testing.T, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrInvalid) {
+	if !errors.Is(err, ledger.ErrInvalid) {
 		t.Fatalf("rejection %v does not match ErrInvalid", err)
 	}
-	var ie *InvalidError
+	var ie *ledger.InvalidError
 	if !errors.As(err, &ie) || ie.Field == "" {
 		t.Fatalf("rejection %v is not an *InvalidError naming a field", err)
 	}
@@ -180,8 +184,8 @@ func FuzzCursorRoundTrip(f *testing.F) {
 		if !fuzzNameOK(id) {
 			return
 		}
-		got, err := DecodeCursor(EncodeCursor(DeliveryID(id)))
-		if err != nil || got != DeliveryID(id) {
+		got, err := DecodeCursor(EncodeCursor(ledger.DeliveryID(id)))
+		if err != nil || got != ledger.DeliveryID(id) {
 			t.Fatalf("ID %q did not round-trip through a cursor: got %q, %v", id, got, err)
 		}
 	})
@@ -189,6 +193,9 @@ func FuzzCursorRoundTrip(f *testing.F) {
 
 func FuzzValidateName(f *testing.F) {
 	f.Add("d-1")
+	for _, s := range []string{"", strings.Repeat("x", ledger.MaxNameBytes+1), "a\xffb", "a\nb", "a\u202eb", "a\u200bb", "a\u00a0b", "\u2800", "host 1"} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		err := ValidateName("id", s)
 		if ok := fuzzNameOK(s); ok != (err == nil) {
@@ -196,6 +203,15 @@ func FuzzValidateName(f *testing.F) {
 		}
 		if err != nil {
 			fuzzRejected(t, err)
+		}
+		// The root package keeps its own copy of the rule for WithActor
+		// and QueueBounds.Validate (it cannot import this package): both
+		// must give one answer, with one reason.
+		_, rootErr := ledger.WithActor(context.Background(), s)
+		var kitInvalid, rootInvalid *ledger.InvalidError
+		if (err == nil) != (rootErr == nil) ||
+			(err != nil && (!errors.As(err, &kitInvalid) || !errors.As(rootErr, &rootInvalid) || kitInvalid.Reason != rootInvalid.Reason)) {
+			t.Fatalf("name %q: storekit.ValidateName says %v, ledger.WithActor says %v", s, err, rootErr)
 		}
 	})
 }
@@ -218,9 +234,9 @@ func FuzzValidateEnqueue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, target, ceremony string, payload []byte, maxAttempts int,
 		base, maxBackoff, ackWindow int64, availZero bool, availSec, availNsec, nowSec, nowNsec int64, maxPayload int,
 	) {
-		req := EnqueueRequest{
-			ID: DeliveryID(id), Target: Target(target), Ceremony: CeremonyID(ceremony), Payload: payload,
-			Policy: Policy{
+		req := ledger.EnqueueRequest{
+			ID: ledger.DeliveryID(id), Target: ledger.Target(target), Ceremony: ledger.CeremonyID(ceremony), Payload: payload,
+			Policy: ledger.Policy{
 				MaxAttempts: maxAttempts, BackoffBase: time.Duration(base),
 				BackoffMax: time.Duration(maxBackoff), AckWindow: time.Duration(ackWindow),
 			},
@@ -240,14 +256,14 @@ func FuzzValidateEnqueue(f *testing.F) {
 		}
 		// What a store does next with an accepted request must not panic
 		// and must give a record within the limits.
-		d := NewDelivery(req, DefaultPolicy(), now)
+		d := NewDelivery(req, ledger.DefaultPolicy(), now)
 		if d.Policy.MaxAttempts < 1 || d.Policy.BackoffMax < d.Policy.BackoffBase || !fuzzPolicyOK(d.Policy) {
 			t.Fatalf("accepted request resolved to an unusable policy %+v", d.Policy)
 		}
 		if !fuzzTimeOK(d.AvailableAt) || d.AvailableAt.Location() != time.UTC {
 			t.Fatalf("accepted request got AvailableAt %v", d.AvailableAt)
 		}
-		if d.EnqueueAgain(req, DefaultPolicy()) != OutcomeRepeated {
+		if Delivery(d).EnqueueAgain(req, ledger.DefaultPolicy()) != ledger.OutcomeRepeated {
 			t.Fatalf("the same request again is not a repeat of its own record")
 		}
 	})
@@ -256,7 +272,7 @@ func FuzzValidateEnqueue(f *testing.F) {
 func FuzzValidateEnvelope(f *testing.F) {
 	f.Add("provider", "kind", []byte("x"), "key-1", 1024)
 	f.Fuzz(func(t *testing.T, provider, kind string, payload []byte, key string, maxPayload int) {
-		env := Envelope{Provider: provider, Kind: kind, Payload: payload, IdempotencyKey: key}
+		env := ledger.Envelope{Provider: provider, Kind: kind, Payload: payload, IdempotencyKey: key}
 		err := ValidateEnvelope(env, maxPayload)
 		ok := fuzzNameOK(provider) && fuzzNameOK(kind) && len(payload) <= maxPayload && fuzzNameOK(key)
 		if ok != (err == nil) {
@@ -267,10 +283,10 @@ func FuzzValidateEnvelope(f *testing.F) {
 			return
 		}
 		e := NewOutboxEntry(env, time.Unix(1_700_000_000, 0))
-		if e.ID != OutboxEntryIDFor(key) || !fuzzNameOK(string(e.ID)) {
+		if e.ID != ledger.OutboxEntryIDFor(key) || !fuzzNameOK(string(e.ID)) {
 			t.Fatalf("accepted envelope got entry ID %q", e.ID)
 		}
-		if e.EnqueueAgain(env) != OutcomeRepeated {
+		if OutboxEntry(e).EnqueueAgain(env) != ledger.OutcomeRepeated {
 			t.Fatalf("the same envelope again is not a repeat of its own entry")
 		}
 	})
@@ -279,14 +295,14 @@ func FuzzValidateEnvelope(f *testing.F) {
 func FuzzPolicyBackoff(f *testing.F) {
 	f.Add(3, int64(time.Second), int64(time.Minute), int64(0), "d-1", 2)
 	f.Fuzz(func(t *testing.T, maxAttempts int, base, maxBackoff, ackWindow int64, id string, attempt int) {
-		p := Policy{
+		p := ledger.Policy{
 			MaxAttempts: maxAttempts, BackoffBase: time.Duration(base),
 			BackoffMax: time.Duration(maxBackoff), AckWindow: time.Duration(ackWindow),
 		}
 		if p.Validate("policy") != nil {
 			return
 		}
-		r := p.Resolve(DefaultPolicy())
+		r := p.Resolve(ledger.DefaultPolicy())
 		// A positive duration must not resolve to zero: a base of zero
 		// with a positive cap means no backoff at all, and makes Backoff
 		// loop once per attempt (found by this target; checked first so
@@ -294,14 +310,14 @@ func FuzzPolicyBackoff(f *testing.F) {
 		if (p.BackoffBase > 0 && r.BackoffBase <= 0) || (p.BackoffMax > 0 && r.BackoffMax <= 0) || (p.AckWindow > 0 && r.AckWindow <= 0) {
 			t.Fatalf("policy %+v accepted but resolved to %+v", p, r)
 		}
-		got := r.Backoff(DeliveryID(id), attempt)
+		got := r.Backoff(ledger.DeliveryID(id), attempt)
 		if got < 0 || got > r.BackoffMax {
 			t.Fatalf("Backoff(%q, %d) of %+v = %v, outside [0, %v]", id, attempt, r, got, r.BackoffMax)
 		}
 		if got != got.Truncate(time.Microsecond) {
 			t.Fatalf("Backoff(%q, %d) of %+v = %v, not whole microseconds", id, attempt, r, got)
 		}
-		if again := r.Backoff(DeliveryID(id), attempt); again != got {
+		if again := r.Backoff(ledger.DeliveryID(id), attempt); again != got {
 			t.Fatalf("Backoff(%q, %d) is not deterministic: %v then %v", id, attempt, got, again)
 		}
 	})
@@ -315,15 +331,15 @@ func FuzzValidateSave(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, status string, nextZero bool, nextSec, nextNsec int64, attempts int, version int64,
 		hasErr bool, errCode, errMsg string, hasResult bool, ref, detail, deadLetter string,
 	) {
-		in := OutboxEntry{
-			ID: OutboxEntryID(id), Status: OutboxStatus(status), NextAttemptAt: fuzzTime(nextZero, nextSec, nextNsec),
+		in := ledger.OutboxEntry{
+			ID: ledger.OutboxEntryID(id), Status: ledger.OutboxStatus(status), NextAttemptAt: fuzzTime(nextZero, nextSec, nextNsec),
 			Attempts: attempts, Version: version, DeadLetterReason: deadLetter,
 		}
 		if hasErr {
-			in.LastError = &EmissionError{Code: errCode, Message: errMsg}
+			in.LastError = &ledger.EmissionError{Code: errCode, Message: errMsg}
 		}
 		if hasResult {
-			in.Result = &EmissionResult{ProviderRef: ref, Detail: detail}
+			in.Result = &ledger.EmissionResult{ProviderRef: ref, Detail: detail}
 		}
 		err := ValidateSave(in)
 		scheduled := status == "retry_scheduled" || status == "deferred"
@@ -341,9 +357,9 @@ func FuzzValidateSave(f *testing.F) {
 		// Applying the accepted write to a stored open entry of the same
 		// version must not panic and must land exactly the written fields.
 		now := time.Unix(1_700_000_000, 0)
-		stored := NewOutboxEntry(Envelope{Provider: "p", Kind: "k", IdempotencyKey: "key"}, now)
+		stored := NewOutboxEntry(ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: "key"}, now)
 		stored.ID, stored.Version = in.ID, in.Version
-		got, err := stored.Save(in, now.Add(time.Second))
+		got, err := OutboxEntry(stored).Save(in, now.Add(time.Second))
 		if err != nil {
 			t.Fatalf("Save of an accepted entry onto an open entry of its version: %v", err)
 		}

@@ -1,17 +1,18 @@
-package ledger
+package storekit
 
 import (
 	"testing"
 	"time"
 
+	"github.com/leaseledger/ledger"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestNewStatsHaveEveryStateAtZero(t *testing.T) {
 	d := NewDeliveryStats()
-	require.Len(t, d.ByState, len(DeliveryStates()))
-	for _, st := range DeliveryStates() {
+	require.Len(t, d.ByState, len(ledger.DeliveryStates()))
+	for _, st := range ledger.DeliveryStates() {
 		n, ok := d.ByState[st]
 		assert.True(t, ok, "%s present", st)
 		assert.Zero(t, n)
@@ -19,8 +20,8 @@ func TestNewStatsHaveEveryStateAtZero(t *testing.T) {
 	assert.NotNil(t, d.ByCause)
 	assert.Empty(t, d.ByCause)
 	o := NewOutboxStats()
-	require.Len(t, o.ByStatus, len(OutboxStatuses()))
-	for _, st := range OutboxStatuses() {
+	require.Len(t, o.ByStatus, len(ledger.OutboxStatuses()))
+	for _, st := range ledger.OutboxStatuses() {
 		_, ok := o.ByStatus[st]
 		assert.True(t, ok, "%s present", st)
 	}
@@ -28,23 +29,23 @@ func TestNewStatsHaveEveryStateAtZero(t *testing.T) {
 
 // statsDeliveries returns deliveries in every situation Count tells apart,
 // all enqueued at t0 with two attempts.
-func statsDeliveries(t *testing.T) map[string]Delivery {
+func statsDeliveries(t *testing.T) map[string]ledger.Delivery {
 	t.Helper()
-	policy := Policy{MaxAttempts: 2, AckWindow: time.Minute}
-	mk := func(id DeliveryID, avail time.Time) Delivery {
-		return NewDelivery(EnqueueRequest{ID: id, Target: "host-1", Policy: policy, AvailableAt: avail}, DefaultPolicy(), t0)
+	policy := ledger.Policy{MaxAttempts: 2, AckWindow: time.Minute}
+	mk := func(id ledger.DeliveryID, avail time.Time) ledger.Delivery {
+		return NewDelivery(ledger.EnqueueRequest{ID: id, Target: "host-1", Policy: policy, AvailableAt: avail}, ledger.DefaultPolicy(), t0)
 	}
-	leased, lease := mk("leased", time.Time{}).Grant(ownerA, "tok", t0, time.Minute)
+	leased, lease := Delivery(mk("leased", time.Time{})).Grant(ownerA, "tok", t0, time.Minute)
 	// On its last attempt: once its lease runs out it is not offerable.
-	spent, _ := mk("spent", time.Time{}).Grant(ownerA, "tok", t0, time.Minute)
+	spent, _ := Delivery(mk("spent", time.Time{})).Grant(ownerA, "tok", t0, time.Minute)
 	spent.Attempts = spent.Policy.MaxAttempts
-	acked, o := leased.Acknowledge(lease, "", t0)
-	require.Equal(t, OutcomeApplied, o)
-	expired, o := mk("expired", time.Time{}).Abandon(Cause{Kind: CauseQueueBounded}, t0)
-	require.Equal(t, OutcomeApplied, o)
-	failed, o := leased.MarkFailed(lease, FailureReason{Permanent: true}, t0)
-	require.Equal(t, OutcomeApplied, o)
-	return map[string]Delivery{
+	acked, o := Delivery(leased).Acknowledge(lease, "", t0)
+	require.Equal(t, ledger.OutcomeApplied, o)
+	expired, o := Delivery(mk("expired", time.Time{})).Abandon(ledger.Cause{Kind: ledger.CauseQueueBounded}, t0)
+	require.Equal(t, ledger.OutcomeApplied, o)
+	failed, o := Delivery(leased).MarkFailed(lease, ledger.FailureReason{Permanent: true}, t0)
+	require.Equal(t, ledger.OutcomeApplied, o)
+	return map[string]ledger.Delivery{
 		"now":     mk("now", t0),
 		"later":   mk("later", t0.Add(time.Hour)),
 		"leased":  leased,
@@ -72,14 +73,14 @@ func TestDeliveryStatsCount(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := NewDeliveryStats()
 			for _, d := range all {
-				s.Count(&d, c.now)
+				CountDelivery(&s, &d, c.now)
 			}
-			s.Finish(c.now)
-			assert.Equal(t, map[DeliveryState]int64{
-				DeliveryStateOffered: 2, DeliveryStateLeased: 2, DeliveryStateAcknowledged: 1,
-				DeliveryStateProcessed: 0, DeliveryStateFailed: 1, DeliveryStateExpired: 1,
+			FinishDeliveryStats(&s, c.now)
+			assert.Equal(t, map[ledger.DeliveryState]int64{
+				ledger.DeliveryStateOffered: 2, ledger.DeliveryStateLeased: 2, ledger.DeliveryStateAcknowledged: 1,
+				ledger.DeliveryStateProcessed: 0, ledger.DeliveryStateFailed: 1, ledger.DeliveryStateExpired: 1,
 			}, s.ByState)
-			assert.Equal(t, map[CauseKind]int64{CauseQueueBounded: 1}, s.ByCause)
+			assert.Equal(t, map[ledger.CauseKind]int64{ledger.CauseQueueBounded: 1}, s.ByCause)
 			assert.Equal(t, c.depth, s.Depth)
 			assert.Equal(t, c.oldest, s.OldestAvailableAt)
 			if c.depth == 0 {
@@ -98,9 +99,9 @@ func TestDeliveryStatsOldestIsTheEarliest(t *testing.T) {
 	// Counted latest first: the oldest must still win.
 	for _, name := range []string{"later", "leased", "now"} {
 		d := all[name]
-		s.Count(&d, now)
+		CountDelivery(&s, &d, now)
 	}
-	s.Finish(now)
+	FinishDeliveryStats(&s, now)
 	assert.Equal(t, int64(3), s.Depth)
 	assert.Equal(t, t0, s.OldestAvailableAt)
 	assert.Equal(t, 2*time.Hour, s.Lag)
@@ -110,13 +111,13 @@ func TestFinishNormalisesNow(t *testing.T) {
 	d := statsDeliveries(t)["now"]
 	now := t0.Add(time.Second + 999*time.Nanosecond).In(time.FixedZone("east", 3600))
 	s := NewDeliveryStats()
-	s.Count(&d, now)
-	s.Finish(now)
+	CountDelivery(&s, &d, now)
+	FinishDeliveryStats(&s, now)
 	assert.Equal(t, time.Second, s.Lag, "the lag is counted in whole microseconds, whatever the zone")
 	// At the oldest instant itself, nothing has waited yet.
 	s = NewDeliveryStats()
-	s.Count(&d, t0)
-	s.Finish(t0)
+	CountDelivery(&s, &d, t0)
+	FinishDeliveryStats(&s, t0)
 	assert.Equal(t, int64(1), s.Depth)
 	assert.Zero(t, s.Lag)
 }
@@ -124,24 +125,24 @@ func TestFinishNormalisesNow(t *testing.T) {
 func TestOutboxEntryDueAt(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	pending := newEntry() // created at t0
-	claimed, claim := pending.Grant("w1", "tok", at(time.Second), time.Minute)
+	claimed, claim := OutboxEntry(pending).Grant("w1", "tok", at(time.Second), time.Minute)
 	next := at(time.Hour)
-	retry, o := claimed.MarkClaimFailed(claim, EmissionError{Message: "busy"}, &next, at(2*time.Second))
-	require.Equal(t, OutcomeApplied, o)
-	retryClaimed, _ := retry.Grant("w1", "tok-2", next, time.Minute)
+	retry, o := OutboxEntry(claimed).MarkClaimFailed(claim, ledger.EmissionError{Message: "busy"}, &next, at(2*time.Second))
+	require.Equal(t, ledger.OutcomeApplied, o)
+	retryClaimed, _ := OutboxEntry(retry).Grant("w1", "tok-2", next, time.Minute)
 	deferredIn := pending
-	deferredIn.Status, deferredIn.NextAttemptAt = OutboxStatusDeferred, at(30*time.Minute)
-	deferred, err := pending.Save(deferredIn, t0)
+	deferredIn.Status, deferredIn.NextAttemptAt = ledger.OutboxStatusDeferred, at(30*time.Minute)
+	deferred, err := OutboxEntry(pending).Save(deferredIn, t0)
 	require.NoError(t, err)
-	ended, err := pending.MarkDelivered(EmissionResult{}, t0)
+	ended, err := OutboxEntry(pending).MarkDelivered(ledger.EmissionResult{}, t0)
 	require.NoError(t, err)
 	early := pending
 	early.CreatedAt = at(5 * time.Minute) // created later than the claim below runs out
-	earlyClaimed, _ := early.Grant("w1", "tok-3", t0, time.Minute)
+	earlyClaimed, _ := OutboxEntry(early).Grant("w1", "tok-3", t0, time.Minute)
 
 	for _, c := range []struct {
 		name string
-		e    OutboxEntry
+		e    ledger.OutboxEntry
 		now  time.Time
 		due  time.Time
 		ok   bool
@@ -159,12 +160,12 @@ func TestOutboxEntryDueAt(t *testing.T) {
 		{"Ended", ended, at(time.Hour), time.Time{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			due, ok := c.e.DueAt(c.now)
+			due, ok := OutboxEntry(c.e).DueAt(c.now)
 			assert.Equal(t, c.ok, ok)
 			assert.Equal(t, c.due, due)
 			s := NewOutboxStats()
-			s.Count(&c.e, c.now)
-			s.Finish(c.now)
+			CountEntry(&s, &c.e, c.now)
+			FinishOutboxStats(&s, c.now)
 			assert.Equal(t, int64(1), s.ByStatus[c.e.Status])
 			if !c.ok {
 				assert.Zero(t, s.Depth)
@@ -185,48 +186,48 @@ func TestOutboxEntryDueAt(t *testing.T) {
 
 func TestOutboxStatsOldestIsTheEarliest(t *testing.T) {
 	a := newEntry()
-	b := NewOutboxEntry(Envelope{Provider: "p", Kind: "k", IdempotencyKey: "k2"}, t0.Add(time.Minute))
+	b := NewOutboxEntry(ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: "k2"}, t0.Add(time.Minute))
 	now := t0.Add(time.Hour)
 	s := NewOutboxStats()
-	s.Count(&b, now)
-	s.Count(&a, now)
-	s.Finish(now)
+	CountEntry(&s, &b, now)
+	CountEntry(&s, &a, now)
+	FinishOutboxStats(&s, now)
 	assert.Equal(t, int64(2), s.Depth)
 	assert.Equal(t, t0, s.OldestDueAt)
 	assert.Equal(t, time.Hour, s.Lag)
-	assert.Equal(t, int64(2), s.ByStatus[OutboxStatusPending])
+	assert.Equal(t, int64(2), s.ByStatus[ledger.OutboxStatusPending])
 }
 
 func TestValidateStats(t *testing.T) {
-	assert.NoError(t, ValidateStats(StatsFilter{}, t0))
-	assert.NoError(t, ValidateStats(StatsFilter{Target: "host-1", Ceremony: "cer-1"}, t0))
+	assert.NoError(t, ValidateStats(ledger.StatsFilter{}, t0))
+	assert.NoError(t, ValidateStats(ledger.StatsFilter{Target: "host-1", Ceremony: "cer-1"}, t0))
 	for _, c := range []struct {
-		f   StatsFilter
+		f   ledger.StatsFilter
 		now time.Time
 	}{
-		{StatsFilter{}, time.Time{}},
-		{StatsFilter{Target: "bad\n"}, t0},
-		{StatsFilter{Ceremony: "bad\xff"}, t0},
-		{StatsFilter{}, MaxTime().Add(time.Second)},
+		{ledger.StatsFilter{}, time.Time{}},
+		{ledger.StatsFilter{Target: "bad\n"}, t0},
+		{ledger.StatsFilter{Ceremony: "bad\xff"}, t0},
+		{ledger.StatsFilter{}, MaxTime().Add(time.Second)},
 	} {
 		err := ValidateStats(c.f, c.now)
-		assert.ErrorIs(t, err, ErrInvalid, "%+v at %s", c.f, c.now)
+		assert.ErrorIs(t, err, ledger.ErrInvalid, "%+v at %s", c.f, c.now)
 	}
 	assert.NoError(t, ValidateOutboxStats(t0))
-	assert.ErrorIs(t, ValidateOutboxStats(time.Time{}), ErrInvalid)
+	assert.ErrorIs(t, ValidateOutboxStats(time.Time{}), ledger.ErrInvalid)
 }
 
 func TestDeliveryStatsByTarget(t *testing.T) {
 	all := statsDeliveries(t) // on host-1
-	other := NewDelivery(EnqueueRequest{ID: "other", Target: "host-2", AvailableAt: t0.Add(30 * time.Minute)}, DefaultPolicy(), t0)
+	other := NewDelivery(ledger.EnqueueRequest{ID: "other", Target: "host-2", AvailableAt: t0.Add(30 * time.Minute)}, ledger.DefaultPolicy(), t0)
 	now := t0.Add(time.Hour)
 	s := NewDeliveryStats()
 	for _, d := range all {
-		s.Count(&d, now)
+		CountDelivery(&s, &d, now)
 	}
-	s.Count(&other, now)
-	s.Finish(now)
-	assert.Equal(t, map[Target]TargetQueueStats{
+	CountDelivery(&s, &other, now)
+	FinishDeliveryStats(&s, now)
+	assert.Equal(t, map[ledger.Target]ledger.TargetQueueStats{
 		"host-1": {Depth: 3, OldestAvailableAt: t0, Lag: time.Hour},
 		"host-2": {Depth: 1, OldestAvailableAt: t0.Add(30 * time.Minute), Lag: 30 * time.Minute},
 	}, s.ByTarget, "the ended, held and spent deliveries are not counted")
@@ -234,20 +235,20 @@ func TestDeliveryStatsByTarget(t *testing.T) {
 
 	// Before host-2's delivery is due, host-2 has no entry at all.
 	s = NewDeliveryStats()
-	s.Count(&other, t0)
-	s.Finish(t0)
+	CountDelivery(&s, &other, t0)
+	FinishDeliveryStats(&s, t0)
 	assert.Empty(t, s.ByTarget)
 	assert.NotNil(t, s.ByTarget)
 
 	// AddQueue is Count in bulk, and ignores an empty group.
 	s = NewDeliveryStats()
-	s.AddQueue("host-1", 2, t0.Add(time.Minute))
-	s.AddQueue("host-2", 0, t0)
-	s.AddQueue("host-3", 1, t0)
-	s.Finish(t0.Add(time.Minute))
+	AddDeliveryQueue(&s, "host-1", 2, t0.Add(time.Minute))
+	AddDeliveryQueue(&s, "host-2", 0, t0)
+	AddDeliveryQueue(&s, "host-3", 1, t0)
+	FinishDeliveryStats(&s, t0.Add(time.Minute))
 	assert.Equal(t, int64(3), s.Depth)
 	assert.Equal(t, t0, s.OldestAvailableAt)
-	assert.Equal(t, map[Target]TargetQueueStats{
+	assert.Equal(t, map[ledger.Target]ledger.TargetQueueStats{
 		"host-1": {Depth: 2, OldestAvailableAt: t0.Add(time.Minute)},
 		"host-3": {Depth: 1, OldestAvailableAt: t0, Lag: time.Minute},
 	}, s.ByTarget)
@@ -255,18 +256,18 @@ func TestDeliveryStatsByTarget(t *testing.T) {
 
 func TestOutboxStatsByProvider(t *testing.T) {
 	a := newEntry()
-	b := NewOutboxEntry(Envelope{Provider: "sms", Kind: "k", IdempotencyKey: "k2"}, t0.Add(time.Minute))
-	c := NewOutboxEntry(Envelope{Provider: "sms", Kind: "k", IdempotencyKey: "k3"}, t0.Add(2*time.Minute))
-	claimed, _ := c.Grant("w1", "tok", t0.Add(2*time.Minute), time.Hour)
-	ended, err := a.MarkDelivered(EmissionResult{}, t0)
+	b := NewOutboxEntry(ledger.Envelope{Provider: "sms", Kind: "k", IdempotencyKey: "k2"}, t0.Add(time.Minute))
+	c := NewOutboxEntry(ledger.Envelope{Provider: "sms", Kind: "k", IdempotencyKey: "k3"}, t0.Add(2*time.Minute))
+	claimed, _ := OutboxEntry(c).Grant("w1", "tok", t0.Add(2*time.Minute), time.Hour)
+	ended, err := OutboxEntry(a).MarkDelivered(ledger.EmissionResult{}, t0)
 	require.NoError(t, err)
 	now := t0.Add(time.Hour)
 	s := NewOutboxStats()
-	for _, e := range []OutboxEntry{a, b, claimed, ended} {
-		s.Count(&e, now)
+	for _, e := range []ledger.OutboxEntry{a, b, claimed, ended} {
+		CountEntry(&s, &e, now)
 	}
-	s.Finish(now)
-	assert.Equal(t, map[string]ProviderQueueStats{
+	FinishOutboxStats(&s, now)
+	assert.Equal(t, map[string]ledger.ProviderQueueStats{
 		a.Envelope.Provider: {Depth: 1, OldestDueAt: t0, Lag: time.Hour},
 		"sms":               {Depth: 1, OldestDueAt: t0.Add(time.Minute), Lag: 59 * time.Minute},
 	}, s.ByProvider, "the claimed and the ended entries are not counted")
