@@ -14,7 +14,7 @@ import (
 // testBounds checks the numeric bounds of the delivery ledger at the bound
 // and one past it: a policy's attempts and durations, a lease's duration,
 // a fence and a lease's sequence number; and that times computed from
-// accepted values (a deadline or a backoff past ledger.MaxTime) are kept.
+// accepted values (a deadline or a backoff past storekit.MaxTime) are kept.
 // Past a bound the call is ErrInvalid naming the field, and nothing is
 // written.
 func testBounds(t *testing.T, newLedger NewLedgerFunc) {
@@ -104,7 +104,7 @@ func boundsLeaseSeq(t *testing.T, f *ledgerFixture) {
 	}
 }
 
-// boundsTimesPastMaxTime drives every computed time past ledger.MaxTime:
+// boundsTimesPastMaxTime drives every computed time past storekit.MaxTime:
 // a lease of MaxLeaseDuration, an acknowledgement window and a backoff of
 // MaxPolicyDuration, all from a now of MaxTime. Both stores must keep them.
 func boundsTimesPastMaxTime(t *testing.T, f *ledgerFixture) {

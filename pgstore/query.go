@@ -24,21 +24,21 @@ import (
 // in migrations/0001_init.sql (the pending one, since 0002, in
 // migrations/0002_enqueue_order.sql).
 const (
-	// offerableWhere mirrors ledger.Delivery.Offerable: a Leased delivery's
+	// offerableWhere mirrors storekit.Delivery.Offerable: a Leased delivery's
 	// available_at is its lease expiry (a CHECK constraint holds it there).
 	offerableWhere = `state IN ('offered', 'leased') AND available_at <= $1 AND attempts < max_attempts`
-	// offerableOrder mirrors ledger.Delivery.OfferedBefore.
+	// offerableOrder mirrors storekit.OfferedBefore.
 	offerableOrder = `available_at, id`
-	// expirableWhere mirrors ledger.Delivery.Expirable (a sweep: $3 is now).
+	// expirableWhere mirrors storekit.Delivery.Expirable (a sweep: $3 is now).
 	expirableWhere = `((state = 'leased' AND lease_expires_at <= $3) OR (state = 'acknowledged' AND ack_deadline <= $3))`
 	// reclaimableWhere: the leases of agent $3 held by another incarnation
 	// than $4, which the incarnation rule takes back.
 	reclaimableWhere = `state = 'leased' AND lease_agent = $3 AND lease_incarnation <> $4`
 	// openWhere: every open state.
 	openWhere = `state IN ('offered', 'leased', 'acknowledged')`
-	// supersedableWhere mirrors ledger.Delivery.Supersedable.
+	// supersedableWhere mirrors storekit.Delivery.Supersedable.
 	supersedableWhere = `state IN ('offered', 'leased')`
-	// queuedWhere mirrors ledger.Delivery.Queued: a target's queue, which
+	// queuedWhere mirrors storekit.Delivery.Queued: a target's queue, which
 	// deliveries_offerable_target_idx holds by target.
 	queuedWhere = `state IN ('offered', 'leased')`
 
@@ -79,7 +79,7 @@ func unnestIDs(params, aliases []string) string {
 		") LIMIT cardinality($1::text[])) AS u"
 }
 
-// deliveryGrantSet expresses ledger.Delivery.Grant in SQL (the right-hand
+// deliveryGrantSet expresses storekit.Delivery.Grant in SQL (the right-hand
 // sides read the row as it was). Parameters: $1 now, $4 agent, $5
 // incarnation, $6 expiry, $7..$9 the failure kind, message and permanence
 // that Grant records when it takes over an expired lease (probed from
@@ -108,7 +108,7 @@ const deliveryGrantSet = `
 	updated_at = $1,
 	version = d.version + 1`
 
-// outboxGrantSet expresses ledger.OutboxEntry.Grant in SQL. Parameters: $1
+// outboxGrantSet expresses storekit.OutboxEntry.Grant in SQL. Parameters: $1
 // now, $4 worker, $5 expiry. Attempts stops at ledger.MaxCount, the
 // integer column's largest value, as Grant does: one more would fail the
 // statement, and with it every claim behind the entry.
@@ -135,7 +135,7 @@ const pairTokens = `), granted AS (
 	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
 ), updated AS (`
 
-// leaseTemplate is the lease statement: ledger.Delivery.Grant in SQL
+// leaseTemplate is the lease statement: storekit.Delivery.Grant in SQL
 // (deliveryGrantSet) over up to $2 offerable rows of %[1]s matching %[2]s
 // in delivery order (offerableOrder), skipping rows other callers hold,
 // each paired with a token of $3. It writes each grant's history entry in
@@ -207,7 +207,7 @@ func claimPicks(table string, n int, src claimSource) (ctes, union string) {
 	return ctes, union
 }
 
-// claimTemplate is leaseTemplate for the outbox: ledger.OutboxEntry.Grant
+// claimTemplate is leaseTemplate for the outbox: storekit.OutboxEntry.Grant
 // in SQL (outboxGrantSet) over up to $2 rows picked by %[2]s (the CTEs of
 // claimPicks) from %[3]s (their union), in (class, at, seq, id) order,
 // each paired with a token of $3, the history entries written by the same
@@ -358,7 +358,7 @@ func newQueries(schema string) *queries {
 			AND ($3::text IS NULL OR ceremony = $3::text)
 			AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
 			ORDER BY id LIMIT $5`,
-		// The incarnation rule mirrors ledger.Delivery.HeldByOtherIncarnation.
+		// The incarnation rule mirrors storekit.Delivery.HeldByOtherIncarnation.
 		// Every Lease runs it, and it must not read the leases the calling
 		// incarnation holds, or a Lease would pay for all of them to take
 		// back nothing. lease_incarnation <> $4 cannot bound an index scan,
