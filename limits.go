@@ -87,12 +87,26 @@ func Invisible(r rune) bool {
 	return r == '\u2800' // BRAILLE PATTERN BLANK
 }
 
+// visibleASCII reports whether every byte of s is a visible ASCII
+// character or the space, which the rule of names always accepts.
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // validateName is the rule of names (see storekit.ValidateName, which
 // says it for every store): this package needs it for WithActor and
 // QueueBounds.Validate, and the store writer's kit, which imports this
 // package, cannot lend it back. storekit's tests hold the two to one
 // answer.
 func validateName(field, s string) error {
+	if s != "" && len(s) <= MaxNameBytes && visibleASCII(s) {
+		return nil // as storekit.ValidateName: visible ASCII passes the rule
+	}
 	switch {
 	case s == "":
 		return invalid(field, "must not be empty")

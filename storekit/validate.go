@@ -26,6 +26,30 @@ import (
 // and other invisible characters), so that two names that look alike are
 // the same name.
 func ValidateName(field, s string) error {
+	// Names are ASCII nearly always, and checking a rune against the
+	// Unicode tables Invisible consults cost a drained outbox entry
+	// about a twentieth of its client CPU: a name of visible ASCII is
+	// valid by the full rule below without consulting them.
+	if s != "" && len(s) <= ledger.MaxNameBytes && visibleASCII(s) {
+		return nil
+	}
+	return validateName(field, s)
+}
+
+// visibleASCII reports whether every byte of s is a visible ASCII
+// character or the space: none of them is a control character or one
+// Invisible reports.
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validateName is the full rule of ValidateName.
+func validateName(field, s string) error {
 	switch {
 	case s == "":
 		return invalid(field, "must not be empty")

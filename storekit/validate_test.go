@@ -125,3 +125,21 @@ func TestNamesRejectInvisibleCharacters(t *testing.T) {
 		assert.NoError(t, ValidateName("target", ok), "%q", ok)
 	}
 }
+
+// TestValidateNameASCIIShortcut holds ValidateName's shortcut for visible
+// ASCII to the full rule: every one-byte name, every byte between two
+// letters, and names at the length limit get one answer from both.
+func TestValidateNameASCIIShortcut(t *testing.T) {
+	var names []string
+	for b := range 256 {
+		names = append(names, string([]byte{byte(b)}), "a"+string([]byte{byte(b)})+"b")
+	}
+	names = append(names, strings.Repeat("x", ledger.MaxNameBytes), strings.Repeat("x", ledger.MaxNameBytes+1),
+		"host 1", " ", "tenant-a/d-1", "a\u00a0b", "\u2800")
+	for _, s := range names {
+		got, want := ValidateName("id", s), validateName("id", s)
+		if (got == nil) != (want == nil) || (got != nil && got.Error() != want.Error()) {
+			t.Fatalf("ValidateName(%q) = %v, the full rule says %v", s, got, want)
+		}
+	}
+}
