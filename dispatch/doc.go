@@ -89,9 +89,9 @@
 // once per interval, however many loops it runs, and work still waits at
 // most one interval. A loop given WithClock keeps to itself, since what
 // is due depends on its clock. Wake-ups (WithWake) are never skipped;
-// give all the loops of a process one wake channel (pgstore's Listen
-// spaces its values), and a steady rate of enqueues wakes one loop per
-// wake interval, not one per item. Give each dispatcher its own worker
+// give all the loops of a process one wake channel, so that a value
+// wakes one idle loop, not all of them (pgstore's Listen can also space
+// its values: pgstore.WithWakeInterval). Give each dispatcher its own worker
 // name (the default is random) so that logs and claims say who held what.
 //
 // # The Worker

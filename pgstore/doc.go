@@ -134,9 +134,9 @@
 //	d, err := dispatch.NewDispatcher(store.Outbox(), emitter, dispatch.WithWake(wake))
 //
 // One channel serves all the loops of a process: a value wakes one idle
-// loop, and values are at least the wake interval apart
-// (WithWakeInterval), so a steady rate of enqueues wakes a loop once per
-// interval, not once per item.
+// loop. WithWakeInterval spaces the values, so that a steady rate of
+// enqueues wakes a loop once per interval rather than once per enqueue,
+// at the cost of latency (see DefaultWakeInterval).
 //
 // Notifications are hints: a lost one delays work by at most the poll
 // interval. Both are off by default, and must stay off behind PgBouncer in
