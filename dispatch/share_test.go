@@ -26,37 +26,46 @@ func (c *claimCounter) ClaimDue(ctx context.Context, req ledger.ClaimRequest) ([
 	return c.Outbox.ClaimDue(ctx, req)
 }
 
-// idleFleet runs n Dispatchers over store, each polling at its own
-// interval (base plus its index in milliseconds, without jitter) so that
-// a test can fire one loop's timer at a time, and waits until all are
-// idle. It returns their intervals.
-func idleFleet(t *testing.T, store ledger.ClaimStore, timers *fakeTimers, obs dispatch.Observer, n int, extra ...dispatch.DispatcherOption) []time.Duration {
+// startIdle runs n loops, the i-th built by build to poll at its own
+// interval (one second plus i milliseconds, without jitter) so that a
+// test can fire one loop's timer at a time, and waits until all are
+// idle. It returns their intervals; the loops stop when the test ends.
+func startIdle(t *testing.T, timers *fakeTimers, n int, build func(i int, interval time.Duration) func(context.Context) error) []time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	emitter := dispatch.EmitterFunc(func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
-		return ledger.EmissionResult{ProviderRef: "ref"}, nil
-	})
 	intervals := make([]time.Duration, n)
 	for i := range n {
 		intervals[i] = time.Second + time.Duration(i)*time.Millisecond
-		opts := append([]dispatch.DispatcherOption{
-			dispatch.WithAfterFunc(timers.AfterFunc), dispatch.WithObserver(obs), dispatch.WithLogger(discardLogger()),
-			dispatch.WithPollInterval(intervals[i]), dispatch.WithoutPollJitter(), dispatch.WithWorker(fmt.Sprintf("w%d", i)),
-		}, extra...)
-		d, err := dispatch.NewDispatcher(store, emitter, opts...)
-		require.NoError(t, err)
+		run := build(i, intervals[i])
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = d.Run(ctx)
+			_ = run(ctx)
 		}()
 	}
 	for _, d := range intervals {
 		waitIdle(t, timers, d)
 	}
 	return intervals
+}
+
+// idleFleet runs n idle Dispatchers over store (see startIdle).
+func idleFleet(t *testing.T, store ledger.ClaimStore, timers *fakeTimers, obs dispatch.Observer, n int, extra ...dispatch.DispatcherOption) []time.Duration {
+	t.Helper()
+	emitter := dispatch.EmitterFunc(func(context.Context, ledger.OutboxEntry) (ledger.EmissionResult, error) {
+		return ledger.EmissionResult{ProviderRef: "ref"}, nil
+	})
+	return startIdle(t, timers, n, func(i int, interval time.Duration) func(context.Context) error {
+		opts := append([]dispatch.DispatcherOption{
+			dispatch.WithAfterFunc(timers.AfterFunc), dispatch.WithObserver(obs), dispatch.WithLogger(discardLogger()),
+			dispatch.WithPollInterval(interval), dispatch.WithoutPollJitter(), dispatch.WithWorker(fmt.Sprintf("w%d", i)),
+		}, extra...)
+		d, err := dispatch.NewDispatcher(store, emitter, opts...)
+		require.NoError(t, err)
+		return d.Run
+	})
 }
 
 // waitIdle waits until the loop polling at interval d waits for its timer.
@@ -126,30 +135,18 @@ func TestIdleWorkersShareOnlyWithWorkersOfTheSameTargets(t *testing.T) {
 	const rounds = 3
 	l := &leaseCounter{Store: memstore.New()}
 	timers := &fakeTimers{}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
 	h := dispatch.HandlerFunc(func(context.Context, ledger.Delivery) (dispatch.Decision, error) {
 		return dispatch.Processed("done"), nil
 	})
 	// Three Workers for target a share a view; the one for b has its own.
 	targets := []ledger.Target{"a", "a", "a", "b"}
-	intervals := make([]time.Duration, len(targets))
-	for i, target := range targets {
-		intervals[i] = time.Second + time.Duration(i)*time.Millisecond
-		w, err := dispatch.NewWorker(l, fmt.Sprintf("agent-%d", i), []ledger.Target{target}, h,
+	intervals := startIdle(t, timers, len(targets), func(i int, interval time.Duration) func(context.Context) error {
+		w, err := dispatch.NewWorker(l, fmt.Sprintf("agent-%d", i), []ledger.Target{targets[i]}, h,
 			dispatch.WithAfterFunc(timers.AfterFunc), dispatch.WithLogger(discardLogger()),
-			dispatch.WithPollInterval(intervals[i]), dispatch.WithoutPollJitter(), dispatch.WithoutSweeper())
+			dispatch.WithPollInterval(interval), dispatch.WithoutPollJitter(), dispatch.WithoutSweeper())
 		require.NoError(t, err)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = w.Run(ctx)
-		}()
-	}
-	for _, d := range intervals {
-		waitIdle(t, timers, d)
-	}
+		return w.Run
+	})
 	before := l.leases.Load()
 	pollRounds(t, timers, intervals, rounds)
 	leases := l.leases.Load() - before

@@ -176,8 +176,12 @@ func (s *Store) Listen(ctx context.Context, ch Channel) (<-chan struct{}, error)
 	if err != nil {
 		return nil, wrap(ctx, "listen", err)
 	}
-	heard := make(chan struct{}, 1)
 	out := make(chan struct{}, 1)
+	if s.cfg.wakeInterval == 0 {
+		go listenLoop(ctx, pool, name, conn, out)
+		return out, nil
+	}
+	heard := make(chan struct{}, 1)
 	go listenLoop(ctx, pool, name, conn, heard)
 	go space(heard, out, s.cfg.wakeInterval, func(d time.Duration) bool { return sleep(ctx, d) })
 	return out, nil
