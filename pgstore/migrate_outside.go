@@ -156,14 +156,14 @@ func (s *Store) runStep(ctx context.Context, stmt, index string) (err error) {
 	}()
 	// A leftover INVALID index would be kept by IF NOT EXISTS, plainly
 	// as well: settle it first.
-	if _, err := s.settleIndex(ctx, index); err != nil {
+	if _, err := s.settleIndex(ctx, conn, index); err != nil {
 		return err
 	}
 	if done, err := s.runStepPlainly(ctx, conn, stmt); done || err != nil {
 		return err
 	}
 	for run := 1; ; run++ {
-		if _, err := s.settleIndex(ctx, index); err != nil {
+		if _, err := s.settleIndex(ctx, conn, index); err != nil {
 			return err
 		}
 		// No arguments: the simple protocol, where one statement is its
@@ -178,7 +178,7 @@ func (s *Store) runStep(ctx context.Context, stmt, index string) (err error) {
 		// the builds, leaving its index INVALID. Either way: wait for the
 		// build in progress, drop a leftover, and run the (idempotent)
 		// statement again.
-		dropped, serr := s.settleIndex(ctx, index)
+		dropped, serr := s.settleIndex(ctx, conn, index)
 		if serr != nil {
 			return serr
 		}
@@ -323,10 +323,13 @@ func duplicateRelation(err error) bool {
 
 // settleIndex returns when index (if not "") is not INVALID: it waits
 // for a build in progress and drops the leftover of a failed one,
-// reporting whether it dropped it.
-func (s *Store) settleIndex(ctx context.Context, index string) (dropped bool, err error) {
+// reporting whether it dropped it. It runs on conn, the step's own
+// connection: a step that took a second one from the pool while holding
+// the first could wait for ever when concurrent migrations hold every
+// connection of a small pool, each waiting for its second.
+func (s *Store) settleIndex(ctx context.Context, conn *pgx.Conn, index string) (dropped bool, err error) {
 	for index != "" {
-		rows, err := s.db.Query(ctx, invalidIndexesSQL, s.cfg.schema, index)
+		rows, err := conn.Query(ctx, invalidIndexesSQL, s.cfg.schema, index)
 		if err != nil {
 			return dropped, err
 		}
@@ -351,7 +354,7 @@ func (s *Store) settleIndex(ctx context.Context, index string) (dropped bool, er
 				continue
 			}
 			drop := "DROP INDEX CONCURRENTLY IF EXISTS " + pgx.Identifier{s.cfg.schema, ix.name}.Sanitize()
-			if _, err := s.db.Exec(ctx, drop); err != nil {
+			if _, err := conn.Exec(ctx, drop); err != nil {
 				return dropped, fmt.Errorf("dropping INVALID index %s: %w", ix.name, err)
 			}
 			dropped = true

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
@@ -34,8 +35,10 @@ const freshMigrationLimit = 2 * time.Minute
 func TestMigrateFreshSchemasBesideALongTransaction(t *testing.T) {
 	// Not parallel: the package's other tests build indexes concurrently
 	// and hold transactions open on purpose, and this test is about the
-	// one long transaction it opens. Beside them on PostgreSQL 18 a fresh
-	// schema's migration once waited past the limit (not yet explained).
+	// one long transaction it opens. It used to fail now and then: with
+	// the long transaction holding one of the pool's four connections,
+	// three migrations could each hold one in an index step while waiting
+	// for a second (TestMigrateOnAPoolOfOneConnection).
 	other, pool := newStore(t)
 	ctx := testContext(t)
 	// Another schema's transaction, open with a snapshot all along.
@@ -128,4 +131,26 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS deliveries_waits_idx ON {schema}.deliver
 	waits := logs.attr("waiting_for")
 	require.NotEmpty(t, waits, "the wait was logged while it lasted")
 	require.Contains(t, waits[0], who)
+}
+
+// TestMigrateOnAPoolOfOneConnection: a step that builds an index holds a
+// connection of its own; anything else it runs while it holds it must go
+// over that connection, or migrations that hold every connection of a
+// small pool wait for each other for ever. One connection makes the wait
+// certain rather than a matter of timing.
+func TestMigrateOnAPoolOfOneConnection(t *testing.T) {
+	t.Parallel()
+	url, err := pgtest.URL()
+	require.NoError(t, err)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(testContext(t), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	s, err := pgstore.New(pool, pgstore.WithSchema(pgtest.Schema(t, pgtest.Pool(t))))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(testContext(t), freshMigrationLimit)
+	defer cancel()
+	require.NoError(t, s.Migrate(ctx))
 }
