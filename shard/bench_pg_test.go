@@ -73,3 +73,37 @@ func BenchmarkPGEnqueue(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPGEnqueueBatch is one EnqueueBatch per call, of 30 or 300
+// deliveries, for one target (one shard) or spread over three targets
+// (three shards), reported per item. A batch that spans shards is one
+// transaction on each: its share of the cost is what the other shards'
+// transactions add, not routing.
+//
+//	go test -run '^$' -bench BenchmarkPGEnqueueBatch -benchtime 100x -count 3 ./shard
+func BenchmarkPGEnqueueBatch(b *testing.B) {
+	for _, size := range []int{30, 300} {
+		for _, spread := range []int{1, 3} {
+			for _, c := range pgBenchLedgers {
+				b.Run(fmt.Sprintf("size-%d/targets-%d/%s", size, spread, c.name), func(b *testing.B) {
+					be := c.l(b).(ledger.BatchEnqueuer)
+					targets := []ledger.Target{"t0-a", "t1-a", "t2-a"}
+					reqs := make([]ledger.EnqueueRequest, size)
+					n := 0
+					b.ReportAllocs()
+					cpu0 := pgtest.ProcessCPU()
+					for b.Loop() {
+						for k := range reqs {
+							reqs[k] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("d-%d", n)), Target: targets[k%spread], Payload: []byte("p")}
+							n++
+						}
+						if _, err := be.EnqueueBatch(b.Context(), reqs, time.Now()); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(pgtest.ProcessCPU()-cpu0)/float64(n), "cpu-ns/item")
+				})
+			}
+		}
+	}
+}
