@@ -262,6 +262,11 @@ func retentionWorkload(t *testing.T, s *Store) {
 	require.NoError(t, err)
 	_, err = o.MarkDeadLettered(ctx, r.Entry.ID, ledger.EmissionError{Code: "x"}, "poison")
 	require.NoError(t, err)
+	// The ID look-ups a sharded ledger's enqueue makes.
+	_, err = s.FindDeliveryIDs(ctx, []ledger.DeliveryID{"d-0", "d-9"})
+	require.NoError(t, err)
+	_, err = o.FindEntryIDs(ctx, []ledger.OutboxEntryID{r.Entry.ID})
+	require.NoError(t, err)
 	later := at.Add(1000 * time.Hour)
 	_, err = s.CountPurgeable(ctx, later)
 	require.NoError(t, err)

@@ -255,6 +255,9 @@ const findTemplate = `SELECT %[1]s FROM (
 type queries struct {
 	getDelivery, lockDelivery, deliveriesByID string
 	updateDelivery, listDeliveries            string
+	// deliveryIDsIn and entryIDsIn read which of the IDs $1 are held
+	// (FindDeliveryIDs, FindEntryIDs).
+	deliveryIDsIn, entryIDsIn string
 	// lease[byTargets][byCeremony] grants offerable deliveries (see
 	// leaseTemplate).
 	lease [2][2]string
@@ -352,6 +355,8 @@ func newQueries(schema string) *queries {
 		getDelivery:    selectFrom(dcols, deliveries) + " WHERE id = $1",
 		lockDelivery:   selectFrom(dcols, deliveries) + " WHERE id = $1 FOR UPDATE",
 		deliveriesByID: selectFrom(dcols, deliveries) + " WHERE id IN " + idsIn,
+		deliveryIDsIn:  "SELECT id FROM " + deliveries + " WHERE id IN " + idsIn,
+		entryIDsIn:     "SELECT id FROM " + outbox + " WHERE id IN " + idsIn,
 		updateDelivery: update(deliveries, dwrite),
 		listDeliveries: selectFrom(dcols, deliveries) + ` WHERE id > $1
 			AND (cardinality($2::text[]) = 0 OR target = ANY($2::text[]))

@@ -12,11 +12,14 @@ import (
 )
 
 // Enqueue writes the delivery on the shard its target is placed on. With
-// the ID check (the default) it first looks the ID up on every shard,
-// concurrently, and sends the request to the shard that already holds
-// the ID, so that a repeat, a conflict, or a producer retrying after a
-// Follow supersession are answered exactly as one store answers them: two
-// round trips of latency. Two concurrent first enqueues of one ID for
+// the ID check (the default) it first asks every other shard,
+// concurrently, whether it holds the ID (FindDeliveryIDs where the store
+// offers it, see DeliveryIDFinder; a Get otherwise), and sends the
+// request to the shard that already holds the ID, so that a repeat, a
+// conflict, or a producer retrying after a Follow supersession or a Move
+// are answered exactly as one store answers them: two round trips of
+// latency, and one look-up per other shard. EnqueueBatch asks each shard
+// once for all the IDs of the batch. Two concurrent first enqueues of one ID for
 // targets on different shards can both apply (nothing spans shards to
 // serialise them); a shard that fails the look-up is skipped and
 // reported, so an enqueue needs only its own shard to be up.
@@ -42,24 +45,31 @@ func (l *Ledger) enqueueShard(ctx context.Context, st *ledgerState, req ledger.E
 	}
 	// The home shard needs no look-up: if it has the ID, the enqueue
 	// there answers Repeated or Conflict itself.
-	others := make([]int, 0, len(st.shards)-1)
-	for i := range st.shards {
-		if i != home {
-			others = append(others, i)
-		}
-	}
-	i, _, found, err := l.locateIn(ctx, st, others, req.ID)
+	where, failed, err := holders(ctx, len(st.shards), []int{home}, []ledger.DeliveryID{req.ID}, st.heldOn)
 	if err != nil {
-		if isCallerError(err) {
-			return 0, err
-		}
-		l.reportErr(err)
+		return 0, err
+	}
+	for _, e := range failed {
+		l.reportErr(e)
+	}
+	switch len(where[0]) {
+	case 0:
 		return home, nil
+	case 1:
+		return where[0][0], nil
 	}
-	if found {
-		return i, nil
+	// More than one other shard has it (a Move leaves the source's copy
+	// ended): the open copy decides, as locate picks it.
+	i, _, found, err := l.locateIn(ctx, st, where[0], req.ID)
+	if err != nil || !found {
+		return where[0][0], nil
 	}
-	return home, nil
+	return i, nil
+}
+
+// heldOn asks shard i which of ids it holds (see holders).
+func (st *ledgerState) heldOn(ctx context.Context, i int, ids []ledger.DeliveryID) ([]bool, error) {
+	return heldDeliveries(ctx, st.shards[i], ids)
 }
 
 func (l *Ledger) reportErr(err error) {
@@ -70,8 +80,8 @@ func (l *Ledger) reportErr(err error) {
 }
 
 // batchShards is enqueueShard for a batch: one look-up per shard for
-// all the IDs (each shard's reads in a row, the shards concurrently), and
-// a later request with an ID seen earlier goes where the first went.
+// all the IDs it is not home to (the shards concurrently), and a later
+// request with an ID seen earlier goes where the first went.
 func (l *Ledger) batchShards(ctx context.Context, st *ledgerState, reqs []ledger.EnqueueRequest) ([]int, error) {
 	dest := make([]int, len(reqs))
 	for k, r := range reqs {
@@ -82,41 +92,20 @@ func (l *Ledger) batchShards(ctx context.Context, st *ledgerState, reqs []ledger
 		dest[k] = i
 	}
 	if l.cfg.idCheck && len(st.shards) > 1 {
-		// found[i][k]: shard i holds reqs[k].ID.
-		found := make([][]bool, len(st.shards))
-		errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
-			found[pos] = make([]bool, len(reqs))
-			for k, r := range reqs {
-				if dest[k] == i {
-					continue // its home answers for itself
-				}
-				_, err := st.shards[i].Get(ctx, r.ID)
-				switch {
-				case err == nil:
-					found[pos][k] = true
-				case errors.Is(err, ledger.ErrNotFound):
-				default:
-					return err
-				}
-			}
-			return nil
-		})
-		for i, err := range errs {
-			if err == nil {
-				continue
-			}
-			if isCallerError(err) {
-				return nil, unwrapShard(err)
-			}
-			l.reportErr(err)
-			found[i] = nil // its IDs unknown: the others decide
+		ids := make([]ledger.DeliveryID, len(reqs))
+		for k, r := range reqs {
+			ids[k] = r.ID
+		}
+		where, failed, err := holders(ctx, len(st.shards), dest, ids, st.heldOn)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range failed {
+			l.reportErr(e) // its IDs unknown: the others decide
 		}
 		for k := range reqs {
-			for i := range found {
-				if found[i] != nil && found[i][k] {
-					dest[k] = i
-					break
-				}
+			if len(where[k]) > 0 {
+				dest[k] = where[k][0]
 			}
 		}
 	}
@@ -140,14 +129,28 @@ func (l *Ledger) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest,
 	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
-	// The payload limit is each shard's own, checked there; the rest is
-	// checked here, so that one invalid request writes nothing anywhere.
-	if err := storekit.ValidateEnqueueBatch(reqs, now, math.MaxInt); err != nil {
-		return nil, err
+	// Placement is asked only of valid target names.
+	for _, r := range reqs {
+		if storekit.ValidateName("target", string(r.Target)) != nil {
+			if err := storekit.ValidateEnqueueBatch(reqs, now, math.MaxInt); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 	st := l.state.Load()
 	dest, err := l.batchShards(ctx, st, reqs)
 	if err != nil {
+		return nil, err
+	}
+	if i, one := oneShard(dest); one {
+		// The shard checks the whole batch and writes all or nothing.
+		res, err := enqueueOn(ctx, st.shards[i], reqs, now)
+		return res, wrapShard(i, err)
+	}
+	// The payload limit is each shard's own, checked there; the rest is
+	// checked here, so that one invalid request writes nothing anywhere.
+	if err := storekit.ValidateEnqueueBatch(reqs, now, math.MaxInt); err != nil {
 		return nil, err
 	}
 	groups := map[int][]int{}
@@ -166,18 +169,7 @@ func (l *Ledger) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest,
 		for n, k := range ks {
 			part[n] = reqs[k]
 		}
-		var res []ledger.DeliveryResult
-		var err error
-		if b, ok := st.shards[i].(ledger.BatchEnqueuer); ok {
-			res, err = b.EnqueueBatch(ctx, part, now)
-		} else {
-			res = make([]ledger.DeliveryResult, len(part))
-			for n, r := range part {
-				if res[n], err = st.shards[i].Enqueue(ctx, r, now); err != nil {
-					break
-				}
-			}
-		}
+		res, err := enqueueOn(ctx, st.shards[i], part, now)
 		if err != nil {
 			return err
 		}
@@ -190,6 +182,36 @@ func (l *Ledger) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest,
 		return nil, err
 	}
 	return out, nil
+}
+
+// oneShard reports whether every request of a batch goes to one shard,
+// and which.
+func oneShard(dest []int) (int, bool) {
+	if len(dest) == 0 {
+		return 0, false
+	}
+	for _, i := range dest {
+		if i != dest[0] {
+			return 0, false
+		}
+	}
+	return dest[0], true
+}
+
+// enqueueOn writes reqs on the shard s: in one call when it is a
+// ledger.BatchEnqueuer, one Enqueue each otherwise.
+func enqueueOn(ctx context.Context, s ledger.Ledger, reqs []ledger.EnqueueRequest, now time.Time) ([]ledger.DeliveryResult, error) {
+	if b, ok := s.(ledger.BatchEnqueuer); ok {
+		return b.EnqueueBatch(ctx, reqs, now)
+	}
+	res := make([]ledger.DeliveryResult, len(reqs))
+	for n, r := range reqs {
+		var err error
+		if res[n], err = s.Enqueue(ctx, r, now); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // Acknowledge goes to the shard the lease's token names: one call.

@@ -38,13 +38,18 @@
 // Enqueue looks the ID up on every other shard before it writes (see
 // Ledger.Enqueue), so that the idempotency rule holds across shards: the
 // same ID under a target on another shard is Conflict, a repeat is
-// Repeated wherever the record lives. WithoutIDCheck makes an enqueue one
+// Repeated wherever the record lives. A store that implements
+// DeliveryIDFinder (pgstore and memstore do) answers the look-up for a
+// whole batch in one statement that returns only IDs. WithoutIDCheck makes an enqueue one
 // call to one shard when IDs cannot repeat across targets; docs/scale.md
 // says what the look-up costs.
 //
-// Lease, ClaimPending, ClaimRetryReady and ClaimDue ask every shard that
-// may hold matching work, concurrently, splitting the limit between them
-// (see Ledger.Lease). List, ListEntries, ListEnded, ListEndedEntries,
+// Lease, ClaimPending, ClaimRetryReady and ClaimDue ask one shard that
+// may hold matching work for the whole limit, the first shard rotating
+// from call to call, and only when it has too little the others,
+// concurrently, splitting the rest between them (see Ledger.Lease): a
+// busy ledger pays one call per Lease, as one store does, and
+// consecutive calls take from every shard in turn. List, ListEntries, ListEnded, ListEndedEntries,
 // Stats, OutboxStats, Expire and ExpireCeremony ask every shard and merge: lists in ID order behind the
 // stores' own cursor (storekit.EncodeCursor of the last ID), so paging is
 // as stable as on one store; statistics by adding counts and taking the
@@ -76,9 +81,10 @@
 //
 // # What is weaker than one store
 //
-//   - Lease order is oldest-first within each shard. When the limit is
-//     smaller than the number of shards with work, a call takes from the
-//     shards in turn, not from the one with the oldest work.
+//   - Lease order is oldest-first within each shard. A call takes from
+//     the shards in turn, not from the one with the oldest work: while
+//     its first shard has enough, a Lease takes all of its limit there,
+//     and the next Lease starts at the next shard.
 //   - Two concurrent first enqueues of one ID for targets on different
 //     shards can both apply; nothing spans shards to serialise them.
 //     Sequential ones, and any repeat, are answered as by one store.

@@ -33,6 +33,9 @@ type ErrorFunc func(err *ShardError)
 // len(idx)), and returns the errors by position in idx.
 func fanOut(ctx context.Context, idx []int, f func(ctx context.Context, pos, shard int) error) []error {
 	errs := make([]error, len(idx))
+	if len(idx) == 0 {
+		return errs
+	}
 	if len(idx) == 1 {
 		errs[0] = wrapShard(idx[0], f(ctx, 0, idx[0]))
 		return errs

@@ -32,8 +32,8 @@ type seenOwners struct {
 	last map[agentShard]string
 	// flying tracks the calls under way per agent and shard.
 	flying map[agentShard]flight
-	// next rotates which shard gets the remainder of a split limit, so
-	// that small limits take from every shard in turn.
+	// next rotates which shard a Lease asks first, so that consecutive
+	// Leases take from every shard in turn.
 	next atomic.Uint64
 }
 
@@ -110,13 +110,15 @@ func (s *seenOwners) end(owner ledger.Owner, n int, presented []int) {
 }
 
 // Lease takes up to limit deliveries from the shards that hold the
-// filter's targets (every shard when the filter names none). The limit
-// is split evenly over them, the remainder going to a rotating shard
-// so that a limit smaller than the number of shards still takes from
-// each in turn; what a shard leaves of its share is offered to those
-// that filled theirs, in further concurrent rounds. Order is oldest
-// first within each shard (and so within each target); across shards
-// it is not: a shard's share is taken even when another holds older
+// filter's targets (every shard when the filter names none). It asks one
+// of them first, for the whole limit, the first shard rotating from call
+// to call, so that a busy ledger costs one call to one shard per Lease,
+// as one store does, and consecutive Leases take from every shard in
+// turn. What that shard leaves of the limit is split evenly over the
+// others, asked concurrently, and what they leave is offered to those
+// that filled their share, in further rounds. Order is oldest first
+// within each shard (and so within each target); across shards it is
+// not: a call takes from its first shard even when another holds older
 // work.
 //
 // The incarnation rule is applied on every shard: a shard not asked by
@@ -178,8 +180,8 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 	defer func() { l.seen.end(owner, len(st.shards), presented) }()
 	open := idx // shards that may have more
 	left := limit
-	for left > 0 && len(open) > 0 {
-		share := split(left, len(open), int(l.seen.next.Add(1)))
+	for round := 0; left > 0 && len(open) > 0; round++ {
+		share := shares(round, left, len(open), int(l.seen.next.Add(1)))
 		var ask, askShare []int
 		for k, i := range open {
 			if share[k] > 0 {
@@ -232,6 +234,20 @@ func (l *Ledger) Lease(ctx context.Context, filter ledger.LeaseFilter, owner led
 	out.Leased = interleave(runs)
 	slices.Sort(out.Reclaimed)
 	return out, nil
+}
+
+// shares is how a Lease or a claim spreads what is left of its limit
+// over the k shards still open in a round: the whole of it to the shard
+// at position start (mod k) in the first round, which is all a call
+// needs while that shard has work, and an even split from the second
+// round on.
+func shares(round, left, k, start int) []int {
+	if round > 0 {
+		return split(left, k, start)
+	}
+	share := make([]int, k)
+	share[start%k] = left
+	return share
 }
 
 // split divides n over k shares as evenly as it can, the remainder going

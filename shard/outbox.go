@@ -27,7 +27,9 @@ import (
 // claim is one call. The calls of ledger.OutboxStore that name an entry
 // by ID (FindByID, Save, MarkDelivered, MarkFailed, MarkDeadLettered) look
 // the ID up on every shard first, concurrently: one round trip more.
-// Enqueue looks the entry's ID up the same way, so that a key already
+// Enqueue looks the entry's ID up on every shard but its provider's, in
+// one call per shard for a whole batch (FindEntryIDs where the store
+// offers it, see EntryIDFinder), so that a key already
 // used under another provider is Conflict, as on one store (the same
 // race as Ledger.Enqueue's remains between two concurrent first
 // enqueues).
@@ -38,7 +40,7 @@ type Outbox struct {
 	shards  []ledger.ClaimStore
 	report  ErrorFunc
 	idCheck bool
-	next    atomic.Uint64 // rotates the remainder of split limits
+	next    atomic.Uint64 // rotates the shard a claim asks first
 }
 
 // NewOutbox returns an Outbox over shards, in that order; the same stores
@@ -128,24 +130,55 @@ func (o *Outbox) byClaim(ctx context.Context, c ledger.Claim) (int, ledger.Claim
 // enqueueShard is where env goes: the shard that has its entry, else its
 // provider's.
 func (o *Outbox) enqueueShard(ctx context.Context, env ledger.Envelope) (int, error) {
-	home := o.home(env.Provider)
 	if !o.idCheck || len(o.shards) == 1 || storekit.ValidateName("idempotency key", env.IdempotencyKey) != nil {
-		return home, nil
+		return o.home(env.Provider), nil
 	}
-	i, found, err := o.locate(ctx, ledger.OutboxEntryIDFor(env.IdempotencyKey))
-	switch {
-	case err != nil && isCallerError(err):
+	dest, err := o.batchShards(ctx, []ledger.Envelope{env})
+	if err != nil {
 		return 0, err
-	case err != nil:
-		var se *ShardError
-		if o.report != nil && errors.As(err, &se) {
-			o.report(se)
-		}
-		return home, nil
-	case found:
-		return i, nil
 	}
-	return home, nil
+	return dest[0], nil
+}
+
+// batchShards is where each of envs goes: the shard that has its entry,
+// else its provider's. Every shard is asked once, concurrently, for the
+// IDs it is not home to; entries never move, so at most one holds each.
+// A later envelope with a key seen earlier goes where the first went.
+func (o *Outbox) batchShards(ctx context.Context, envs []ledger.Envelope) ([]int, error) {
+	dest := make([]int, len(envs))
+	ids := make([]ledger.OutboxEntryID, len(envs))
+	for k, env := range envs {
+		dest[k] = o.home(env.Provider)
+		ids[k] = ledger.OutboxEntryIDFor(env.IdempotencyKey)
+	}
+	if o.idCheck && len(o.shards) > 1 {
+		where, failed, err := holders(ctx, len(o.shards), dest, ids, func(ctx context.Context, i int, ids []ledger.OutboxEntryID) ([]bool, error) {
+			return heldEntries(ctx, o.shards[i], ids)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range failed {
+			var se *ShardError
+			if o.report != nil && errors.As(e, &se) {
+				o.report(se)
+			}
+		}
+		for k := range envs {
+			if len(where[k]) > 0 {
+				dest[k] = where[k][0]
+			}
+		}
+	}
+	firstAt := make(map[ledger.OutboxEntryID]int, len(envs))
+	for k, id := range ids {
+		if j, ok := firstAt[id]; ok {
+			dest[k] = dest[j]
+			continue
+		}
+		firstAt[id] = k
+	}
+	return dest, nil
 }
 
 func (o *Outbox) every() []int {
@@ -157,7 +190,7 @@ func (o *Outbox) every() []int {
 }
 
 // Enqueue writes the entry on its provider's shard, after looking its ID
-// up on every shard (see Outbox): two round trips.
+// up on the others (see Outbox): two round trips of latency.
 func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.OutboxResult, error) {
 	i, err := o.enqueueShard(ctx, env)
 	if err != nil {
@@ -172,22 +205,22 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 	if err := storekit.ValidateContext(ctx); err != nil {
 		return nil, err
 	}
+	dest, err := o.batchShards(ctx, envs)
+	if err != nil {
+		return nil, err
+	}
+	if i, one := oneShard(dest); one {
+		// The shard checks the whole batch and writes all or nothing.
+		res, err := entriesOn(ctx, o.shards[i], envs)
+		return res, wrapShard(i, err)
+	}
 	// The payload limit is each shard's own; the rest is checked here,
 	// so that one invalid envelope writes nothing anywhere.
 	if err := storekit.ValidateEnvelopeBatch(envs, math.MaxInt); err != nil {
 		return nil, err
 	}
 	groups := map[int][]int{}
-	firstAt := map[string]int{}
-	for k, env := range envs {
-		i, seen := firstAt[env.IdempotencyKey]
-		if !seen {
-			var err error
-			if i, err = o.enqueueShard(ctx, env); err != nil {
-				return nil, err
-			}
-			firstAt[env.IdempotencyKey] = i
-		}
+	for k, i := range dest {
 		groups[i] = append(groups[i], k)
 	}
 	idx := make([]int, 0, len(groups))
@@ -202,18 +235,7 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 		for n, k := range ks {
 			part[n] = envs[k]
 		}
-		var res []ledger.OutboxResult
-		var err error
-		if b, ok := o.shards[i].(ledger.OutboxBatchEnqueuer); ok {
-			res, err = b.EnqueueBatch(ctx, part)
-		} else {
-			res = make([]ledger.OutboxResult, len(part))
-			for n, env := range part {
-				if res[n], err = o.shards[i].Enqueue(ctx, env); err != nil {
-					break
-				}
-			}
-		}
+		res, err := entriesOn(ctx, o.shards[i], part)
 		if err != nil {
 			return err
 		}
@@ -226,6 +248,22 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 		return nil, err
 	}
 	return out, nil
+}
+
+// entriesOn writes envs on the shard s: in one call when it is a
+// ledger.OutboxBatchEnqueuer, one Enqueue each otherwise.
+func entriesOn(ctx context.Context, s ledger.ClaimStore, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
+	if b, ok := s.(ledger.OutboxBatchEnqueuer); ok {
+		return b.EnqueueBatch(ctx, envs)
+	}
+	res := make([]ledger.OutboxResult, len(envs))
+	for n, env := range envs {
+		var err error
+		if res[n], err = s.Enqueue(ctx, env); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // Save finds the entry's shard (one round trip to every shard) and
@@ -332,9 +370,11 @@ func (o *Outbox) MarkDeadLettered(ctx context.Context, id ledger.OutboxEntryID, 
 	return s.MarkDeadLettered(ctx, id, emissionErr, reason)
 }
 
-// ClaimPending claims from every shard, splitting req.Limit as Ledger.Lease
-// splits its limit; each claim's token names its shard. A shard that fails is skipped and reported; the call
-// fails only when every shard failed.
+// ClaimPending claims from the shards as Ledger.Lease leases: the whole
+// limit from one shard first, rotating from call to call, and what it
+// leaves split over the others. Each claim's token names its shard. A
+// shard that fails is skipped and reported; the call fails only when
+// every shard failed.
 func (o *Outbox) ClaimPending(ctx context.Context, req ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 	return o.claim(ctx, req, func(ctx context.Context, s ledger.ClaimStore, r ledger.ClaimRequest) ([]ledger.ClaimedEntry, error) {
 		return s.ClaimPending(ctx, r)
@@ -374,8 +414,8 @@ func (o *Outbox) claim(ctx context.Context, req ledger.ClaimRequest, f func(cont
 	)
 	open := o.every()
 	left := req.Limit
-	for left > 0 && len(open) > 0 {
-		share := split(left, len(open), int(o.next.Add(1)))
+	for round := 0; left > 0 && len(open) > 0; round++ {
+		share := shares(round, left, len(open), int(o.next.Add(1)))
 		var ask, askShare []int
 		for k, i := range open {
 			if share[k] > 0 {

@@ -89,6 +89,39 @@ func TestOutboxClaimsCarryTheirShard(t *testing.T) {
 	}
 }
 
+func TestOutboxClaimsTakeFromEveryShardInTurn(t *testing.T) {
+	o, stores := newOutbox(t)
+	// Enough providers that every shard holds several entries.
+	for i := range 60 {
+		p := fmt.Sprintf("p-%d", i)
+		_, err := o.Enqueue(t.Context(), ledger.Envelope{Provider: p, Kind: "k", IdempotencyKey: p})
+		require.NoError(t, err)
+	}
+	shardOf := func(c ledger.ClaimedEntry) byte { return c.Claim.Token[0] }
+	perCall := map[byte]int{}
+	for range 3 {
+		claimed, err := o.ClaimPending(t.Context(), ledger.ClaimRequest{Worker: "w", Now: t0, LeaseDuration: time.Minute, Limit: 2})
+		require.NoError(t, err)
+		require.Len(t, claimed, 2)
+		require.Equal(t, shardOf(claimed[0]), shardOf(claimed[1]), "a shard with enough work answers the whole limit")
+		perCall[shardOf(claimed[0])]++
+	}
+	require.Equal(t, map[byte]int{'0': 1, '1': 1, '2': 1}, perCall, "consecutive claims start at each shard in turn")
+
+	// A claim for more than its first shard has takes the rest from the
+	// others.
+	claimed, err := o.ClaimPending(t.Context(), ledger.ClaimRequest{Worker: "w", Now: t0, LeaseDuration: time.Minute, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, claimed, 54)
+	for _, s := range stores {
+		left, err := s.FindPending(t.Context(), 100)
+		require.NoError(t, err)
+		for _, e := range left {
+			require.NotNil(t, e.Claim, "every entry is claimed")
+		}
+	}
+}
+
 // TestDispatcherDrainsTheOtherShardsWhileOneIsDown runs a
 // dispatch.Dispatcher over a sharded outbox whose shard 1 stops
 // answering claims, then comes back.

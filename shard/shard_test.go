@@ -122,25 +122,41 @@ func TestLeaseTakesFromEveryShard(t *testing.T) {
 		}
 	}
 	now := t0.Add(3 * time.Hour)
-	res, err := l.Lease(t.Context(), ledger.LeaseFilter{}, ownerA, now, time.Minute, 3)
-	require.NoError(t, err)
-	require.Equal(t, map[ledger.Target]int{"t0-a": 1, "t1-a": 1, "t2-a": 1}, byTarget(res), "a limit is split over the shards")
-
 	got := map[ledger.Target]int{}
 	for range 3 {
-		res, err := l.Lease(t.Context(), ledger.LeaseFilter{}, ownerA, now, time.Minute, 1)
+		res, err := l.Lease(t.Context(), ledger.LeaseFilter{}, ownerA, now, time.Minute, 2)
 		require.NoError(t, err)
-		require.Len(t, res.Leased, 1)
+		require.Len(t, byTarget(res), 1, "a shard with enough work answers the whole limit: %v", byTarget(res))
 		for k, n := range byTarget(res) {
 			got[k] += n
 		}
 	}
-	require.Equal(t, map[ledger.Target]int{"t0-a": 1, "t1-a": 1, "t2-a": 1}, got, "a limit of one takes from each shard in turn")
+	require.Equal(t, map[ledger.Target]int{"t0-a": 2, "t1-a": 2, "t2-a": 2}, got, "consecutive leases take from each shard in turn")
 
-	// A shard without work leaves its share to the others.
+	// A shard with too little leaves the rest to the others: 3 left on
+	// each, 7 asked for, so whichever shard is asked first, all three
+	// give.
+	res, err := l.Lease(t.Context(), ledger.LeaseFilter{}, ownerA, now, time.Minute, 7)
+	require.NoError(t, err)
+	require.Len(t, res.Leased, 7)
+	require.Len(t, byTarget(res), 3, "%v", byTarget(res))
+	for k, n := range byTarget(res) {
+		got[k] += n
+	}
+
+	// A filter asks only the shards of its targets, and takes all they
+	// have left, even when the first one it asks is empty.
 	res, err = l.Lease(t.Context(), ledger.LeaseFilter{Targets: []ledger.Target{"t0-a", "t1-a"}}, ownerA, now, time.Minute, 6)
 	require.NoError(t, err)
-	require.Equal(t, map[ledger.Target]int{"t0-a": 3, "t1-a": 3}, byTarget(res))
+	require.Equal(t, map[ledger.Target]int{"t0-a": 5 - got["t0-a"], "t1-a": 5 - got["t1-a"]}, withZeros(byTarget(res), "t0-a", "t1-a"))
+}
+
+// withZeros is m with the targets it lacks at zero.
+func withZeros(m map[ledger.Target]int, targets ...ledger.Target) map[ledger.Target]int {
+	for _, k := range targets {
+		m[k] += 0
+	}
+	return m
 }
 
 func byTarget(res ledger.LeaseResult) map[ledger.Target]int {
