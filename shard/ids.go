@@ -31,44 +31,40 @@ type EntryIDFinder interface {
 // heldDeliveries reports which of ids the store s holds: found[k] for
 // ids[k]. It asks a DeliveryIDFinder once, any other store one Get per
 // ID.
-func heldDeliveries(ctx context.Context, s ledger.Ledger, ids []ledger.DeliveryID) (found []bool, err error) {
-	found = make([]bool, len(ids))
+func heldDeliveries(ctx context.Context, s ledger.Ledger, ids []ledger.DeliveryID) ([]bool, error) {
+	var find func(context.Context, []ledger.DeliveryID) ([]ledger.DeliveryID, error)
 	if f, ok := s.(DeliveryIDFinder); ok {
-		have, err := f.FindDeliveryIDs(ctx, ids)
-		if err != nil {
-			return nil, err
-		}
-		set := make(map[ledger.DeliveryID]bool, len(have))
-		for _, id := range have {
-			set[id] = true
-		}
-		for k, id := range ids {
-			found[k] = set[id]
-		}
-		return found, nil
+		find = f.FindDeliveryIDs
 	}
-	for k, id := range ids {
+	return held(ctx, find, func(ctx context.Context, id ledger.DeliveryID) error {
 		_, err := s.Get(ctx, id)
-		switch {
-		case err == nil:
-			found[k] = true
-		case errors.Is(err, ledger.ErrNotFound):
-		default:
-			return nil, err
-		}
-	}
-	return found, nil
+		return err
+	}, ids)
 }
 
 // heldEntries is heldDeliveries for outbox entries.
-func heldEntries(ctx context.Context, s ledger.ClaimStore, ids []ledger.OutboxEntryID) (found []bool, err error) {
-	found = make([]bool, len(ids))
+func heldEntries(ctx context.Context, s ledger.ClaimStore, ids []ledger.OutboxEntryID) ([]bool, error) {
+	var find func(context.Context, []ledger.OutboxEntryID) ([]ledger.OutboxEntryID, error)
 	if f, ok := s.(EntryIDFinder); ok {
-		have, err := f.FindEntryIDs(ctx, ids)
+		find = f.FindEntryIDs
+	}
+	return held(ctx, find, func(ctx context.Context, id ledger.OutboxEntryID) error {
+		_, err := s.FindByID(ctx, id)
+		return err
+	}, ids)
+}
+
+// held answers found[k] for ids[k]: by one call of find when the store
+// has it (find not nil), else by one get per ID, where ErrNotFound means
+// absent.
+func held[ID comparable](ctx context.Context, find func(context.Context, []ID) ([]ID, error), get func(context.Context, ID) error, ids []ID) ([]bool, error) {
+	found := make([]bool, len(ids))
+	if find != nil {
+		have, err := find(ctx, ids)
 		if err != nil {
 			return nil, err
 		}
-		set := make(map[ledger.OutboxEntryID]bool, len(have))
+		set := make(map[ID]bool, len(have))
 		for _, id := range have {
 			set[id] = true
 		}
@@ -78,8 +74,7 @@ func heldEntries(ctx context.Context, s ledger.ClaimStore, ids []ledger.OutboxEn
 		return found, nil
 	}
 	for k, id := range ids {
-		_, err := s.FindByID(ctx, id)
-		switch {
+		switch err := get(ctx, id); {
 		case err == nil:
 			found[k] = true
 		case errors.Is(err, ledger.ErrNotFound):
