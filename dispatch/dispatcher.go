@@ -120,7 +120,7 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}
-	c := &cycle{d: d}
+	c := &cycle{d: d, detached: context.WithoutCancel(ctx)}
 	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
 		c.batch = &completionBatch{store: cc, c: c}
 	}
@@ -178,15 +178,16 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 	flight, stop := d.cfg.flight(ctx)
 	defer stop()
 	fanOut(ctx, claimed, d.cfg.concurrency,
-		func(ce ledger.ClaimedEntry) { d.process(flight, ce, c) },
+		func(ce *ledger.ClaimedEntry) { d.process(flight, ce, c) },
 		func(rest []ledger.ClaimedEntry) { d.releaseAll(ctx, rest, c) })
 }
 
 // releaseAll gives back claims that were never emitted.
 func (d *Dispatcher) releaseAll(ctx context.Context, claimed []ledger.ClaimedEntry, c *cycle) {
-	sctx, cancel := d.cfg.storeContext(ctx)
+	sctx, cancel := d.cfg.storeContext(c.detached)
 	defer cancel()
-	for _, ce := range claimed {
+	for i := range claimed {
+		ce := &claimed[i]
 		res, err := d.store.ReleaseClaim(sctx, ce.Claim, "dispatcher shutting down before emitting")
 		c.completed(sctx, ce, EventReleased, res, err, 0, nil)
 	}
@@ -207,6 +208,9 @@ func (d *Dispatcher) entryEvent(kind EventKind, ce *ledger.ClaimedEntry) Event {
 // cycle collects the stats and errors of one RunOnce.
 type cycle struct {
 	d *Dispatcher
+	// detached carries the values of RunOnce's ctx but never its
+	// cancellation: completions and releases run under it (storeContext).
+	detached context.Context
 	// batch applies completions together when the store can.
 	batch *completionBatch
 	mu    sync.Mutex
@@ -248,7 +252,7 @@ func (c *cycle) record(_ context.Context, ev Event) {
 
 // completed records the answer of a completion (or release) of ce that
 // was meant to produce kind: a store error, a lost claim, or kind itself.
-func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind EventKind, res ledger.OutboxResult, err error, dur time.Duration, emitErr error) {
+func (c *cycle) completed(ctx context.Context, ce *ledger.ClaimedEntry, kind EventKind, res ledger.OutboxResult, err error, dur time.Duration, emitErr error) {
 	log := c.d.cfg.logger
 	// Built only on the paths that log: most completions log nothing.
 	attrs := func(more ...slog.Attr) []slog.Attr {
@@ -260,7 +264,7 @@ func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind Even
 			slog.Int("attempt", ce.Entry.Attempts),
 		}, more...)
 	}
-	ev := c.d.entryEvent(kind, &ce)
+	ev := c.d.entryEvent(kind, ce)
 	ev.Duration, ev.Err, ev.Final = dur, emitErr, true
 	switch {
 	case err != nil:

@@ -12,26 +12,26 @@ import (
 )
 
 // process emits one claimed entry and completes it.
-func (d *Dispatcher) process(flight context.Context, ce ledger.ClaimedEntry, c *cycle) {
+func (d *Dispatcher) process(flight context.Context, ce *ledger.ClaimedEntry, c *cycle) {
 	emitCtx, cancel := context.WithCancelCause(flight)
 	defer cancel(nil)
 	stopTimeout := d.cfg.afterFunc(d.cfg.emitTimeout, func() { cancel(ErrEmitTimeout) })
 	r := d.startRenewal(flight, ce, cancel, c)
 	start := d.cfg.clock()
-	res, emitErr := d.emit(emitCtx, ce.Entry)
+	res, emitErr := d.emit(emitCtx, &ce.Entry)
 	dur := d.cfg.clock().Sub(start)
 	// Stop renewing before completing, so no renewal can race the
 	// completion and report a claim that was lost only because it ended.
 	r.end()
 	stopTimeout()
 
-	sctx, cancelStore := d.cfg.storeContext(flight)
+	sctx, cancelStore := d.cfg.storeContext(c.detached)
 	defer cancelStore()
 	d.complete(sctx, ce, res, emitErr, dur, c)
 }
 
 // emit calls the emitter on a copy of entry (see callUser).
-func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger.EmissionResult, error) {
+func (d *Dispatcher) emit(ctx context.Context, entry *ledger.OutboxEntry) (ledger.EmissionResult, error) {
 	return callUser(ctx, "emitter", func() (ledger.EmissionResult, error) {
 		return d.emitter.Emit(ctx, entry.Clone())
 	})
@@ -41,7 +41,7 @@ func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger
 // and applies it: with the cycle's other completions when the cycle
 // completes in batches (WithBatchCompletion on a ledger.ClaimCompleter),
 // on its own otherwise.
-func (d *Dispatcher) complete(ctx context.Context, ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration, c *cycle) {
+func (d *Dispatcher) complete(ctx context.Context, ce *ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration, c *cycle) {
 	done := d.completion(ce, res, emitErr, dur)
 	if c.batch != nil {
 		c.batch.add(ctx, done)
@@ -54,7 +54,7 @@ func (d *Dispatcher) complete(ctx context.Context, ce ledger.ClaimedEntry, res l
 // doneEmission is an emission's completion, waiting to be applied, with
 // what its event reports.
 type doneEmission struct {
-	ce      ledger.ClaimedEntry
+	ce      *ledger.ClaimedEntry
 	cc      ledger.ClaimCompletion
 	kind    EventKind
 	dur     time.Duration
@@ -63,12 +63,16 @@ type doneEmission struct {
 
 // completion decides what completes ce after its emission answered res
 // and emitErr.
-func (d *Dispatcher) completion(ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration) doneEmission {
+func (d *Dispatcher) completion(ce *ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration) doneEmission {
 	done := doneEmission{ce: ce, cc: ledger.ClaimCompletion{Claim: ce.Claim}, dur: dur, emitErr: emitErr}
+	if emitErr == nil {
+		done.kind, done.cc.Op, done.cc.Result = EventDelivered, ledger.OpMarkDelivered, sanitizeResult(res)
+		return done
+	}
+	// Declared after the success path returned: errors.As takes its
+	// address, which puts it on the heap wherever it is declared.
 	var deferral *DeferError
 	switch {
-	case emitErr == nil:
-		done.kind, done.cc.Op, done.cc.Result = EventDelivered, ledger.OpMarkDelivered, sanitizeResult(res)
 	case errors.Is(emitErr, ErrPermanent):
 		done.kind, done.cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
 		done.cc.Error, done.cc.Reason = emissionError(emitErr), ReasonPermanent
@@ -216,7 +220,7 @@ func sanitizeResult(r ledger.EmissionResult) ledger.EmissionResult {
 // emission runs, when the store is a ledger.ClaimRenewer. A renewal that
 // does not apply means another worker may own the entry, so the emission
 // is cancelled with ErrClaimLost.
-func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, cancel context.CancelCauseFunc, c *cycle) *renewLoop {
+func (d *Dispatcher) startRenewal(ctx context.Context, ce *ledger.ClaimedEntry, cancel context.CancelCauseFunc, c *cycle) *renewLoop {
 	renewer, ok := d.store.(ledger.ClaimRenewer)
 	if !ok {
 		return noRenewal()
@@ -227,7 +231,7 @@ func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, c
 	return startRenewLoop(ctx, d.cfg.afterFunc, d.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
 		res, err := renewer.RenewClaim(sctx, claim, d.cfg.clock(), d.cfg.leaseDuration)
 		return func() bool {
-			ev := d.entryEvent(EventRenewed, &ce)
+			ev := d.entryEvent(EventRenewed, ce)
 			ev.Outcome = string(res.Outcome)
 			switch {
 			case err != nil:

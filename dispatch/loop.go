@@ -124,40 +124,56 @@ func (c *config) flight(ctx context.Context) (flight context.Context, stop func(
 // the caller's ctx was cancelled (a completion or release): otherwise the
 // claim or lease would be stranded until it expires. It is bounded by the
 // lease duration, after which the claim or lease is worthless anyway.
-func (c *config) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.leaseDuration)
+// detached is a context that is never cancelled (context.WithoutCancel):
+// a cycle detaches once for all its store calls.
+func (c *config) storeContext(detached context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(detached, c.leaseDuration)
 }
 
 // fanOut calls run for each item, at most limit at once, and waits for
-// every call it started. Once ctx is cancelled it starts nothing new and
-// passes the items it had not started to release.
-func fanOut[T any](ctx context.Context, items []T, limit int, run func(T), release func([]T)) {
-	sem := make(chan struct{}, limit)
+// every call it started. The calls run on a pool of at most limit
+// goroutines that take the items in order, so a cycle starts limit
+// goroutines, not one per item. Once ctx is cancelled it starts nothing
+// new and passes the items it had not started to release at once, while
+// the calls in flight go on.
+func fanOut[T any](ctx context.Context, items []T, limit int, run func(*T), release func([]T)) {
+	var mu sync.Mutex
+	next := 0 // items[:next] were started or released
+	take := func() *T {
+		mu.Lock()
+		defer mu.Unlock()
+		// A cancelled cycle starts nothing new, even when the release
+		// below has not run yet.
+		if next == len(items) || ctx.Err() != nil {
+			return nil
+		}
+		next++
+		return &items[next-1]
+	}
+	released := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(released)
+		mu.Lock()
+		rest := items[next:]
+		next = len(items)
+		mu.Unlock()
+		if len(rest) > 0 {
+			release(rest)
+		}
+	})
 	var wg sync.WaitGroup
-	for i, item := range items {
-		acquired := false
-		select {
-		case sem <- struct{}{}:
-			acquired = true
-		case <-ctx.Done():
-		}
-		// Checked after the select too: when both cases are ready it picks
-		// at random, and a cancelled cycle must start nothing new.
-		if ctx.Err() != nil {
-			if acquired {
-				<-sem
+	for range min(limit, len(items)) {
+		wg.Go(func() {
+			for item := take(); item != nil; item = take() {
+				run(item)
 			}
-			release(items[i:])
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			run(item)
-		}()
+		})
 	}
 	wg.Wait()
+	if !stopWatch() {
+		// ctx was cancelled: the release has started; wait for it.
+		<-released
+	}
 }
 
 // callUser calls f, the user's code (who: "emitter" or "handler"), in its

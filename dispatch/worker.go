@@ -253,7 +253,7 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	if err := ctx.Err(); err != nil {
 		return WorkerStats{}, err
 	}
-	c := &workerCycle{w: w}
+	c := &workerCycle{w: w, detached: context.WithoutCancel(ctx)}
 	res, err := w.ledger.Lease(ctx, w.filter, w.owner, w.cfg.clock(), w.cfg.leaseDuration, w.cfg.batchSize)
 	if err != nil && ctx.Err() == nil {
 		// Observed here, logged by Run (once per doubling of the failures
@@ -286,15 +286,16 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 	flight, stop := w.cfg.flight(ctx)
 	defer stop()
 	fanOut(ctx, leased, w.cfg.concurrency,
-		func(ld ledger.LeasedDelivery) { w.process(flight, ld, c) },
+		func(ld *ledger.LeasedDelivery) { w.process(flight, ld, c) },
 		func(rest []ledger.LeasedDelivery) { w.releaseAll(ctx, rest, c) })
 }
 
 // releaseAll gives back leases whose handler never started.
 func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery, c *workerCycle) {
-	sctx, cancel := w.cfg.storeContext(ctx)
+	sctx, cancel := w.cfg.storeContext(c.detached)
 	defer cancel()
-	for _, ld := range leased {
+	for i := range leased {
+		ld := &leased[i]
 		res, err := w.ledger.Release(sctx, ld.Lease, w.cfg.clock())
 		c.completed(sctx, ld, EventReleased, res, err, 0, nil)
 	}
@@ -302,10 +303,13 @@ func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery,
 
 // workerCycle collects the stats and errors of one RunOnce.
 type workerCycle struct {
-	w     *Worker
-	mu    sync.Mutex
-	stats WorkerStats
-	errs  []error
+	w *Worker
+	// detached carries the values of RunOnce's ctx but never its
+	// cancellation: completions and releases run under it (storeContext).
+	detached context.Context
+	mu       sync.Mutex
+	stats    WorkerStats
+	errs     []error
 }
 
 // record counts ev and passes it to the observer.
@@ -343,7 +347,7 @@ func (c *workerCycle) record(ev Event) {
 
 // completed records the answer of a completion of ld that was meant to
 // produce kind: a store error, an outcome that did not apply, or kind.
-func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, kind EventKind, res ledger.DeliveryResult, err error, dur time.Duration, handleErr error) {
+func (c *workerCycle) completed(ctx context.Context, ld *ledger.LeasedDelivery, kind EventKind, res ledger.DeliveryResult, err error, dur time.Duration, handleErr error) {
 	log := c.w.cfg.logger
 	// Built only on the paths that log: most completions log nothing.
 	attrs := func(more ...slog.Attr) []slog.Attr {
@@ -354,7 +358,7 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 			slog.Int("attempt", ld.Delivery.Attempts),
 		}, more...)
 	}
-	ev := c.w.deliveryEvent(kind, &ld)
+	ev := c.w.deliveryEvent(kind, ld)
 	ev.Duration, ev.Err, ev.Outcome, ev.Final = dur, handleErr, string(res.Outcome), true
 	switch {
 	case err != nil:
@@ -415,20 +419,20 @@ func processedEarlier(kind EventKind, res ledger.DeliveryResult) bool {
 }
 
 // process handles one leased delivery and records the answer.
-func (w *Worker) process(flight context.Context, ld ledger.LeasedDelivery, c *workerCycle) {
+func (w *Worker) process(flight context.Context, ld *ledger.LeasedDelivery, c *workerCycle) {
 	hctx, cancel := context.WithCancelCause(flight)
 	defer cancel(nil)
 	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { cancel(ErrHandleTimeout) })
 	hb := w.startHeartbeat(flight, ld, cancel, c)
 	start := w.cfg.clock()
-	out := w.handle(hctx, ld.Delivery)
+	out := w.handle(hctx, &ld.Delivery)
 	dur := w.cfg.clock().Sub(start)
 	// Stop renewing before completing: a renewal racing the
 	// acknowledgement would answer WrongState and look like a lost lease.
 	hb.end()
 	stopTimeout()
 
-	sctx, cancelStore := w.cfg.storeContext(flight)
+	sctx, cancelStore := w.cfg.storeContext(c.detached)
 	defer cancelStore()
 	w.complete(sctx, ld, out, dur, c)
 }
@@ -442,7 +446,7 @@ type handled struct {
 
 // handle calls the handler and, for a decision to process, finds the
 // fence (see callUser: a panic in either is a *PanicError).
-func (w *Worker) handle(ctx context.Context, d ledger.Delivery) handled {
+func (w *Worker) handle(ctx context.Context, d *ledger.Delivery) handled {
 	out, err := callUser(ctx, "handler", func() (handled, error) {
 		dec, err := w.handler.Handle(ctx, d.Clone())
 		out := handled{dec: dec}
@@ -477,7 +481,7 @@ func (w *Worker) fence(ctx context.Context, target ledger.Target, dec Decision) 
 }
 
 // complete maps the user code's answer to ledger calls under the lease.
-func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out handled, dur time.Duration, c *workerCycle) {
+func (w *Worker) complete(ctx context.Context, ld *ledger.LeasedDelivery, out handled, dur time.Duration, c *workerCycle) {
 	switch {
 	case out.err != nil:
 		reason := ledger.FailureReason{
@@ -527,7 +531,7 @@ func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out han
 // count the refusal; the delivery is Expired when the end applied. When
 // it did not (or the ledger cannot, or the call failed, which is logged),
 // the delivery stays acknowledged until its deadline.
-func (w *Worker) endFenceRejected(ctx context.Context, ld ledger.LeasedDelivery, fence *ledger.Fence, res ledger.DeliveryResult, err error) ledger.DeliveryResult {
+func (w *Worker) endFenceRejected(ctx context.Context, ld *ledger.LeasedDelivery, fence *ledger.Fence, res ledger.DeliveryResult, err error) ledger.DeliveryResult {
 	fr, ok := w.ledger.(ledger.FenceRejecter)
 	if err != nil || res.Outcome != ledger.OutcomeFenceRejected || fence == nil || !ok {
 		return res
@@ -555,7 +559,7 @@ const markProcessedTries = 3
 // Repeated, which completed counts as processed. Errors of tries that are
 // followed by another are logged, not recorded: the delivery is counted
 // once, by the last try.
-func (w *Worker) markProcessed(ctx context.Context, ld ledger.LeasedDelivery, fence *ledger.Fence, action ledger.ActionRef) (ledger.DeliveryResult, error) {
+func (w *Worker) markProcessed(ctx context.Context, ld *ledger.LeasedDelivery, fence *ledger.Fence, action ledger.ActionRef) (ledger.DeliveryResult, error) {
 	for try := 1; ; try++ {
 		res, err := w.ledger.MarkProcessed(ctx, ld.Delivery.ID, w.owner, fence, action, w.cfg.clock())
 		if err == nil || try == markProcessedTries || ctx.Err() != nil || errors.Is(err, ledger.ErrInvalid) {
@@ -571,7 +575,7 @@ func (w *Worker) markProcessed(ctx context.Context, ld ledger.LeasedDelivery, fe
 // while its handler runs, when the ledger is a ledger.Renewer. A renewal
 // that does not apply means another worker may hold the delivery, so the
 // handler is cancelled with ErrLeaseLost.
-func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *renewLoop {
+func (w *Worker) startHeartbeat(ctx context.Context, ld *ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *renewLoop {
 	if w.renewer == nil {
 		return noRenewal()
 	}
@@ -581,7 +585,7 @@ func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, c
 		// stays the one to present.
 		res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
 		return func() bool {
-			ev := w.deliveryEvent(EventRenewed, &ld)
+			ev := w.deliveryEvent(EventRenewed, ld)
 			ev.Outcome = string(res.Outcome)
 			switch {
 			case err != nil:
