@@ -177,6 +177,10 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 	}
 	flight, stop := d.cfg.flight(ctx)
 	defer stop()
+	if _, ok := d.store.(ledger.ClaimRenewer); ok {
+		c.renewals = newRenewals(flight, d.cfg.afterFunc, d.cfg.leaseDuration/3)
+		defer c.renewals.close()
+	}
 	fanOut(ctx, claimed, d.cfg.concurrency,
 		func(ce *ledger.ClaimedEntry) { d.process(flight, ce, c) },
 		func(rest []ledger.ClaimedEntry) { d.releaseAll(ctx, rest, c) })
@@ -211,6 +215,9 @@ type cycle struct {
 	// detached carries the values of RunOnce's ctx but never its
 	// cancellation: completions and releases run under it (storeContext).
 	detached context.Context
+	// renewals keeps the claims of the emissions in flight (nil when the
+	// store cannot renew).
+	renewals *renewals
 	// batch applies completions together when the store can.
 	batch *completionBatch
 	mu    sync.Mutex

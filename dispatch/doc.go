@@ -58,7 +58,10 @@
 // claim runs out. When the store is a ledger.ClaimRenewer the dispatcher
 // renews each claim every third of the lease while its emission runs, and
 // cancels the emission (context.Cause: ErrClaimLost) as soon as a renewal
-// shows the claim lost. Emitters must honour their context; one that does
+// shows the claim lost. One timer per poll cycle paces the renewals of all
+// its emissions in flight, so an emission that starts while others run is
+// first renewed at the cycle's next tick: sooner than a third of the lease
+// after its own start, never later. Emitters must honour their context; one that does
 // not is abandoned when its context ends and its result is dropped.
 //
 // The caller's clock is trusted (WithClock): a dispatcher whose clock runs
@@ -131,9 +134,10 @@
 // its own agent.
 //
 // When the ledger is a ledger.Renewer the Worker heartbeats: it renews
-// each lease every third of the lease duration while its handler runs, and
-// cancels the handler (context.Cause: ErrLeaseLost) as soon as a renewal
-// does not apply. Without a Renewer the handle timeout (WithHandleTimeout)
+// each lease every third of the lease duration while its handler runs
+// (paced, as the Dispatcher's renewals are, by one timer per poll cycle),
+// and cancels the handler (context.Cause: ErrLeaseLost) as soon as a
+// renewal does not apply. Without a Renewer the handle timeout (WithHandleTimeout)
 // must be shorter than the lease. Shutdown works as the Dispatcher's
 // does: when Run's (or RunOnce's) context is cancelled the Worker stops
 // leasing, releases the leases whose handler has not started, lets the

@@ -16,13 +16,19 @@ func (d *Dispatcher) process(flight context.Context, ce *ledger.ClaimedEntry, c 
 	emitCtx, cancel := context.WithCancelCause(flight)
 	defer cancel(nil)
 	stopTimeout := d.cfg.afterFunc(d.cfg.emitTimeout, func() { cancel(ErrEmitTimeout) })
-	r := d.startRenewal(flight, ce, cancel, c)
+	var keep *claimRenewal
+	if c.renewals != nil {
+		keep = &claimRenewal{c: c, ce: ce, claim: ce.Claim, cancel: cancel}
+		c.renewals.join(&keep.renewal, keep)
+	}
 	start := d.cfg.clock()
 	res, emitErr := d.emit(emitCtx, &ce.Entry)
 	dur := d.cfg.clock().Sub(start)
 	// Stop renewing before completing, so no renewal can race the
 	// completion and report a claim that was lost only because it ended.
-	r.end()
+	if keep != nil {
+		c.renewals.leave(&keep.renewal)
+	}
 	stopTimeout()
 
 	sctx, cancelStore := d.cfg.storeContext(c.detached)
@@ -216,47 +222,52 @@ func sanitizeResult(r ledger.EmissionResult) ledger.EmissionResult {
 	}
 }
 
-// startRenewal renews the claim every third of the lease while its
-// emission runs, when the store is a ledger.ClaimRenewer. A renewal that
-// does not apply means another worker may own the entry, so the emission
-// is cancelled with ErrClaimLost.
-func (d *Dispatcher) startRenewal(ctx context.Context, ce *ledger.ClaimedEntry, cancel context.CancelCauseFunc, c *cycle) *renewLoop {
-	renewer, ok := d.store.(ledger.ClaimRenewer)
-	if !ok {
-		return noRenewal()
-	}
-	// claim is read by a renewal and replaced by the previous one's settle;
-	// renewals run one after another, ordered by the loop's lock.
-	claim := ce.Claim
-	return startRenewLoop(ctx, d.cfg.afterFunc, d.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
-		res, err := renewer.RenewClaim(sctx, claim, d.cfg.clock(), d.cfg.leaseDuration)
-		return func() bool {
-			ev := d.entryEvent(EventRenewed, ce)
-			ev.Outcome = string(res.Outcome)
-			switch {
-			case err != nil:
-				// The claim may still be ours: try again at the next tick.
-				ev.Kind, ev.Err = EventStoreError, err
-				d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
-					slog.String("entry_id", string(claim.EntryID)),
-					slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.Any("error", err))
-			case !res.Applied():
-				ev.Kind = EventRenewLost
-				d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
-					slog.String("entry_id", string(claim.EntryID)),
-					slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.String("outcome", string(res.Outcome)))
-				cancel(ErrClaimLost)
-				c.record(ctx, ev)
-				return false
-			default:
-				// The entry shows the new expiry; the token stays the one
-				// this dispatcher was granted (entries carry none).
-				if res.Entry.Claim != nil {
-					claim.ExpiresAt = res.Entry.Claim.ExpiresAt
-				}
-			}
+// claimRenewal renews the claim of one emission while it runs, when the
+// store is a ledger.ClaimRenewer (see renewals: the cycle renews every
+// third of the lease). A renewal that does not apply means another
+// worker may own the entry, so the emission is cancelled with
+// ErrClaimLost.
+type claimRenewal struct {
+	renewal
+	c  *cycle
+	ce *ledger.ClaimedEntry
+	// claim is read by a renewal and replaced by the previous one's
+	// settle; one item's renewals run one after another, ordered by the
+	// renewals' lock.
+	claim  ledger.Claim
+	cancel context.CancelCauseFunc
+}
+
+func (k *claimRenewal) renew(sctx context.Context) func() bool {
+	d, c, ce := k.c.d, k.c, k.ce
+	ctx := c.renewals.ctx
+	res, err := d.store.(ledger.ClaimRenewer).RenewClaim(sctx, k.claim, d.cfg.clock(), d.cfg.leaseDuration)
+	return func() bool {
+		ev := d.entryEvent(EventRenewed, ce)
+		ev.Outcome = string(res.Outcome)
+		switch {
+		case err != nil:
+			// The claim may still be ours: try again at the next tick.
+			ev.Kind, ev.Err = EventStoreError, err
+			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
+				slog.String("entry_id", string(k.claim.EntryID)),
+				slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.Any("error", err))
+		case !res.Applied():
+			ev.Kind = EventRenewLost
+			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
+				slog.String("entry_id", string(k.claim.EntryID)),
+				slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.String("outcome", string(res.Outcome)))
+			k.cancel(ErrClaimLost)
 			c.record(ctx, ev)
-			return true
+			return false
+		default:
+			// The entry shows the new expiry; the token stays the one
+			// this dispatcher was granted (entries carry none).
+			if res.Entry.Claim != nil {
+				k.claim.ExpiresAt = res.Entry.Claim.ExpiresAt
+			}
 		}
-	})
+		c.record(ctx, ev)
+		return true
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/leaseledger/ledger"
@@ -16,8 +15,8 @@ import (
 
 // This file holds what the Dispatcher's and the Worker's loops share: the
 // poll wait, the contexts of work in flight and of store calls, bounded
-// fan-out, calling user code, renewal timers, the checks of the shared
-// settings and the sanitising of text bound for the store.
+// fan-out, calling user code, the checks of the shared settings and the
+// sanitising of text bound for the store. Renewals are in renew.go.
 
 // invalid returns the *ledger.InvalidError for a malformed argument.
 func invalid(field, reason string) error {
@@ -217,67 +216,6 @@ func explainCancel(ctx context.Context, who string, err error) error {
 		return fmt.Errorf("%w (%s returned: %w)", context.Cause(ctx), who, err)
 	}
 	return err
-}
-
-// renewLoop keeps one claim or lease alive while its work runs.
-type renewLoop struct {
-	mu   sync.Mutex
-	done bool
-	stop func() bool
-}
-
-// startRenewLoop calls renew every interval until end is called or a
-// renewal's settle function reports false. renew makes the store call
-// under a context detached from ctx (the work's own context may be
-// cancelled while its claim or lease still needs keeping) and bounded by
-// the interval; the settle function it returns records the answer under
-// the loop's lock, so that nothing is recorded once end has returned.
-//
-// Callers renew every third of the lease: early enough that two renewals
-// can fail (a slow store, a lost connection) before the lease runs out.
-func startRenewLoop(ctx context.Context, after AfterFunc, interval time.Duration, renew func(context.Context) (settle func() bool)) *renewLoop {
-	l := &renewLoop{}
-	var tick func()
-	tick = func() {
-		l.mu.Lock()
-		if l.done {
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
-
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
-		settle := renew(sctx)
-		cancel()
-
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.done {
-			return
-		}
-		if !settle() {
-			l.done = true
-			return
-		}
-		l.stop = after(interval, tick)
-	}
-	l.mu.Lock()
-	l.stop = after(interval, tick)
-	l.mu.Unlock()
-	return l
-}
-
-// noRenewal is the renewLoop of a store that cannot renew.
-func noRenewal() *renewLoop { return &renewLoop{done: true} }
-
-// end stops renewing; a renewal already in flight is ignored when it returns.
-func (l *renewLoop) end() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.done = true
-	if l.stop != nil {
-		l.stop()
-	}
 }
 
 // sanitizeText makes s valid free text for the store (valid UTF-8, no

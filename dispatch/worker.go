@@ -285,6 +285,10 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 	}
 	flight, stop := w.cfg.flight(ctx)
 	defer stop()
+	if w.renewer != nil {
+		c.renewals = newRenewals(flight, w.cfg.afterFunc, w.cfg.leaseDuration/3)
+		defer c.renewals.close()
+	}
 	fanOut(ctx, leased, w.cfg.concurrency,
 		func(ld *ledger.LeasedDelivery) { w.process(flight, ld, c) },
 		func(rest []ledger.LeasedDelivery) { w.releaseAll(ctx, rest, c) })
@@ -307,6 +311,9 @@ type workerCycle struct {
 	// detached carries the values of RunOnce's ctx but never its
 	// cancellation: completions and releases run under it (storeContext).
 	detached context.Context
+	// renewals keeps the leases of the handlers in flight (nil when the
+	// ledger cannot renew).
+	renewals *renewals
 	mu       sync.Mutex
 	stats    WorkerStats
 	errs     []error
@@ -423,13 +430,19 @@ func (w *Worker) process(flight context.Context, ld *ledger.LeasedDelivery, c *w
 	hctx, cancel := context.WithCancelCause(flight)
 	defer cancel(nil)
 	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { cancel(ErrHandleTimeout) })
-	hb := w.startHeartbeat(flight, ld, cancel, c)
+	var hb *heartbeat
+	if c.renewals != nil {
+		hb = &heartbeat{c: c, ld: ld, cancel: cancel}
+		c.renewals.join(&hb.renewal, hb)
+	}
 	start := w.cfg.clock()
 	out := w.handle(hctx, &ld.Delivery)
 	dur := w.cfg.clock().Sub(start)
 	// Stop renewing before completing: a renewal racing the
 	// acknowledgement would answer WrongState and look like a lost lease.
-	hb.end()
+	if hb != nil {
+		c.renewals.leave(&hb.renewal)
+	}
 	stopTimeout()
 
 	sctx, cancelStore := w.cfg.storeContext(c.detached)
@@ -571,38 +584,42 @@ func (w *Worker) markProcessed(ctx context.Context, ld *ledger.LeasedDelivery, f
 	}
 }
 
-// startHeartbeat renews the lease every third of the lease duration
-// while its handler runs, when the ledger is a ledger.Renewer. A renewal
-// that does not apply means another worker may hold the delivery, so the
-// handler is cancelled with ErrLeaseLost.
-func (w *Worker) startHeartbeat(ctx context.Context, ld *ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *renewLoop {
-	if w.renewer == nil {
-		return noRenewal()
-	}
-	id := string(ld.Delivery.ID)
-	return startRenewLoop(ctx, w.cfg.afterFunc, w.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
-		// Renewal keeps the token and sequence, so the lease as granted
-		// stays the one to present.
-		res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
-		return func() bool {
-			ev := w.deliveryEvent(EventRenewed, ld)
-			ev.Outcome = string(res.Outcome)
-			switch {
-			case err != nil:
-				// The lease may still be ours: try again at the next tick.
-				ev.Kind, ev.Err = EventStoreError, err
-				w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
-					slog.String("delivery_id", id), slog.Any("error", err))
-			case !res.Applied():
-				ev.Kind = EventRenewLost
-				w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
-					slog.String("delivery_id", id), slog.String("outcome", string(res.Outcome)))
-				cancel(ErrLeaseLost)
-				c.record(ev)
-				return false
-			}
+// heartbeat renews the lease of one handler while it runs, when the
+// ledger is a ledger.Renewer (see renewals: the cycle renews every third
+// of the lease duration). A renewal that does not apply means another
+// worker may hold the delivery, so the handler is cancelled with
+// ErrLeaseLost.
+type heartbeat struct {
+	renewal
+	c      *workerCycle
+	ld     *ledger.LeasedDelivery
+	cancel context.CancelCauseFunc
+}
+
+func (hb *heartbeat) renew(sctx context.Context) func() bool {
+	w, c, ld := hb.c.w, hb.c, hb.ld
+	ctx := c.renewals.ctx
+	// Renewal keeps the token and sequence, so the lease as granted
+	// stays the one to present.
+	res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
+	return func() bool {
+		ev := w.deliveryEvent(EventRenewed, ld)
+		ev.Outcome = string(res.Outcome)
+		switch {
+		case err != nil:
+			// The lease may still be ours: try again at the next tick.
+			ev.Kind, ev.Err = EventStoreError, err
+			w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
+				slog.String("delivery_id", string(ld.Delivery.ID)), slog.Any("error", err))
+		case !res.Applied():
+			ev.Kind = EventRenewLost
+			w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
+				slog.String("delivery_id", string(ld.Delivery.ID)), slog.String("outcome", string(res.Outcome)))
+			hb.cancel(ErrLeaseLost)
 			c.record(ev)
-			return true
+			return false
 		}
-	})
+		c.record(ev)
+		return true
+	}
 }
