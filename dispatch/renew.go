@@ -81,8 +81,11 @@ func (rs *renewals) join(n *renewal, r renewer) {
 }
 
 // leave removes n from the work in flight (its work ended, or its claim
-// or lease was lost) and stops the timer when no work is left. It does
-// nothing when n already left.
+// or lease was lost). It does nothing when n already left. The timer
+// stays armed when no work is left: work ends and starts all through a
+// cycle, and arming a timer anew for each would cost what one timer for
+// the cycle saves. A tick that finds no work arms no next one, and close
+// stops the timer when the cycle ends.
 func (rs *renewals) leave(n *renewal) {
 	if rs == nil {
 		return
@@ -90,9 +93,6 @@ func (rs *renewals) leave(n *renewal) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.unlink(n)
-	if rs.live.next == &rs.live && rs.armed {
-		rs.disarm()
-	}
 }
 
 // close stops the timer for good: the cycle's work has all ended.
@@ -126,7 +126,7 @@ func (rs *renewals) arm() {
 }
 
 // disarm stops the timer; a tick it already started finds its arming
-// gone and does nothing. Called under mu.
+// gone and does nothing. Called under mu, by close.
 func (rs *renewals) disarm() {
 	rs.stop()
 	rs.gen++
@@ -149,9 +149,11 @@ func (rs *renewals) tick(gen uint64) {
 	}
 	rs.mu.Unlock()
 
-	if len(due) == 1 {
+	switch len(due) {
+	case 0:
+	case 1:
 		rs.renewOne(due[0])
-	} else {
+	default:
 		var wg sync.WaitGroup
 		for _, n := range due {
 			wg.Go(func() { rs.renewOne(n) })
