@@ -120,7 +120,8 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}
-	c := &cycle{d: d, detached: context.WithoutCancel(ctx)}
+	c := &cycle{d: d, storeCtx: newStoreContexts(ctx, d.cfg.leaseDuration)}
+	defer c.storeCtx.close()
 	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
 		c.batch = &completionBatch{store: cc, c: c}
 	}
@@ -183,13 +184,14 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 	}
 	fanOut(ctx, claimed, d.cfg.concurrency,
 		func(ce *ledger.ClaimedEntry) { d.process(flight, ce, c) },
-		func(rest []ledger.ClaimedEntry) { d.releaseAll(ctx, rest, c) })
+		func(rest []ledger.ClaimedEntry) { d.releaseAll(rest, c) })
 }
 
 // releaseAll gives back claims that were never emitted.
-func (d *Dispatcher) releaseAll(ctx context.Context, claimed []ledger.ClaimedEntry, c *cycle) {
-	sctx, cancel := d.cfg.storeContext(c.detached)
-	defer cancel()
+func (d *Dispatcher) releaseAll(claimed []ledger.ClaimedEntry, c *cycle) {
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	sctx := sc.ctx
 	for i := range claimed {
 		ce := &claimed[i]
 		res, err := d.store.ReleaseClaim(sctx, ce.Claim, "dispatcher shutting down before emitting")
@@ -212,9 +214,9 @@ func (d *Dispatcher) entryEvent(kind EventKind, ce *ledger.ClaimedEntry) Event {
 // cycle collects the stats and errors of one RunOnce.
 type cycle struct {
 	d *Dispatcher
-	// detached carries the values of RunOnce's ctx but never its
-	// cancellation: completions and releases run under it (storeContext).
-	detached context.Context
+	// store hands out the contexts of completions and releases, which
+	// carry the values of RunOnce's ctx but not its cancellation.
+	storeCtx *storeContexts
 	// renewals keeps the claims of the emissions in flight (nil when the
 	// store cannot renew).
 	renewals *renewals

@@ -76,7 +76,11 @@
 // not counted), and lets the emissions in flight finish for up to the
 // shutdown timeout (WithShutdownTimeout) before cancelling them
 // (context.Cause: ErrShutdown). Their outcomes are still recorded, with a
-// context detached from the cancelled one.
+// context detached from the cancelled one. A completion or release is
+// bounded by the lease duration, after which its claim is worthless
+// anyway; the completions of a cycle that start within a tenth of the
+// lease of each other share one such context, so a call may get as
+// little as nine tenths of the lease.
 //
 // # How many dispatchers per database
 //

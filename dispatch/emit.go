@@ -31,9 +31,9 @@ func (d *Dispatcher) process(flight context.Context, ce *ledger.ClaimedEntry, c 
 	}
 	stopTimeout()
 
-	sctx, cancelStore := d.cfg.storeContext(c.detached)
-	defer cancelStore()
-	d.complete(sctx, ce, res, emitErr, dur, c)
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	d.complete(sc.ctx, ce, res, emitErr, dur, c)
 }
 
 // emit calls the emitter on a copy of entry (see callUser).

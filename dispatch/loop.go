@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/leaseledger/ledger"
@@ -119,14 +120,80 @@ func (c *config) flight(ctx context.Context) (flight context.Context, stop func(
 	}
 }
 
-// storeContext is the context of a store call that must happen even after
-// the caller's ctx was cancelled (a completion or release): otherwise the
-// claim or lease would be stranded until it expires. It is bounded by the
-// lease duration, after which the claim or lease is worthless anyway.
-// detached is a context that is never cancelled (context.WithoutCancel):
-// a cycle detaches once for all its store calls.
-func (c *config) storeContext(detached context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(detached, c.leaseDuration)
+// storeContexts hands out the contexts of one cycle's completions and
+// releases: store calls that must happen even after the cycle's ctx was
+// cancelled, since otherwise the claim or lease would be stranded until
+// it expires. Each is bounded by the lease duration, after which the
+// claim or lease is worthless anyway.
+//
+// The calls that start within a tenth of the lease duration of each other
+// share one context, so that a drained item costs no context and timer of
+// its own: a call is bounded by the lease duration from the start of the
+// first call that shared its context, so by at least nine tenths of it
+// from its own start.
+type storeContexts struct {
+	detached context.Context // the cycle's ctx without its cancellation
+	lease    time.Duration
+
+	mu  sync.Mutex
+	cur *storeContext // the context new calls share; nil before the first
+}
+
+// storeContext is one shared context and the number of calls using it.
+type storeContext struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+	users    int
+}
+
+// newStoreContexts returns the store contexts of a cycle run under ctx.
+func newStoreContexts(ctx context.Context, lease time.Duration) *storeContexts {
+	return &storeContexts{detached: context.WithoutCancel(ctx), lease: lease}
+}
+
+// get returns the context of one store call; put gives it back when the
+// call is done.
+func (s *storeContexts) get() *storeContext {
+	// Real time, as the context's own deadline is: the loop's clock
+	// (WithClock) says when claims and leases expire, not when this
+	// process gives up on a call.
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cur; c == nil || c.deadline.Sub(now) < s.lease-s.lease/10 {
+		if c != nil && c.users == 0 {
+			c.cancel()
+		}
+		c = &storeContext{deadline: now.Add(s.lease)}
+		c.ctx, c.cancel = context.WithDeadline(s.detached, c.deadline)
+		s.cur = c
+	}
+	s.cur.users++
+	return s.cur
+}
+
+// put gives back the context of a store call that is done, cancelling
+// it (to release its timer) when no call uses it and new calls no longer
+// take it.
+func (s *storeContexts) put(c *storeContext) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.users--; c.users == 0 && c != s.cur {
+		c.cancel()
+	}
+}
+
+// close cancels the shared context once the cycle's calls are done.
+func (s *storeContexts) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cur; c != nil {
+		s.cur = nil
+		if c.users == 0 {
+			c.cancel()
+		}
+	}
 }
 
 // fanOut calls run for each item, at most limit at once, and waits for

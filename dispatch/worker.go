@@ -253,7 +253,8 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	if err := ctx.Err(); err != nil {
 		return WorkerStats{}, err
 	}
-	c := &workerCycle{w: w, detached: context.WithoutCancel(ctx)}
+	c := &workerCycle{w: w, storeCtx: newStoreContexts(ctx, w.cfg.leaseDuration)}
+	defer c.storeCtx.close()
 	res, err := w.ledger.Lease(ctx, w.filter, w.owner, w.cfg.clock(), w.cfg.leaseDuration, w.cfg.batchSize)
 	if err != nil && ctx.Err() == nil {
 		// Observed here, logged by Run (once per doubling of the failures
@@ -291,13 +292,14 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 	}
 	fanOut(ctx, leased, w.cfg.concurrency,
 		func(ld *ledger.LeasedDelivery) { w.process(flight, ld, c) },
-		func(rest []ledger.LeasedDelivery) { w.releaseAll(ctx, rest, c) })
+		func(rest []ledger.LeasedDelivery) { w.releaseAll(rest, c) })
 }
 
 // releaseAll gives back leases whose handler never started.
-func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery, c *workerCycle) {
-	sctx, cancel := w.cfg.storeContext(c.detached)
-	defer cancel()
+func (w *Worker) releaseAll(leased []ledger.LeasedDelivery, c *workerCycle) {
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	sctx := sc.ctx
 	for i := range leased {
 		ld := &leased[i]
 		res, err := w.ledger.Release(sctx, ld.Lease, w.cfg.clock())
@@ -308,9 +310,9 @@ func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery,
 // workerCycle collects the stats and errors of one RunOnce.
 type workerCycle struct {
 	w *Worker
-	// detached carries the values of RunOnce's ctx but never its
-	// cancellation: completions and releases run under it (storeContext).
-	detached context.Context
+	// store hands out the contexts of completions and releases, which
+	// carry the values of RunOnce's ctx but not its cancellation.
+	storeCtx *storeContexts
 	// renewals keeps the leases of the handlers in flight (nil when the
 	// ledger cannot renew).
 	renewals *renewals
@@ -445,9 +447,9 @@ func (w *Worker) process(flight context.Context, ld *ledger.LeasedDelivery, c *w
 	}
 	stopTimeout()
 
-	sctx, cancelStore := w.cfg.storeContext(c.detached)
-	defer cancelStore()
-	w.complete(sctx, ld, out, dur, c)
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	w.complete(sc.ctx, ld, out, dur, c)
 }
 
 // handled is the answer of the user code for one delivery.
