@@ -122,10 +122,10 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	}
 	c := &cycle{d: d, storeCtx: newStoreContexts(ctx, d.cfg.leaseDuration)}
 	defer c.storeCtx.close()
-	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
-		c.batch = &completionBatch{store: cc, c: c}
-	}
 	claimed := d.claim(ctx, c)
+	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
+		c.batch = newCompletionBatch(cc, c, len(claimed))
+	}
 	d.emitAll(ctx, claimed, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
