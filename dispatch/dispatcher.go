@@ -120,11 +120,12 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}
-	c := &cycle{d: d}
-	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
-		c.batch = &completionBatch{store: cc, c: c}
-	}
+	c := &cycle{d: d, storeCtx: newStoreContexts(ctx, d.cfg.leaseDuration)}
+	defer c.storeCtx.close()
 	claimed := d.claim(ctx, c)
+	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
+		c.batch = newCompletionBatch(cc, c, len(claimed))
+	}
 	d.emitAll(ctx, claimed, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -177,16 +178,22 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 	}
 	flight, stop := d.cfg.flight(ctx)
 	defer stop()
+	if _, ok := d.store.(ledger.ClaimRenewer); ok {
+		c.renewals = newRenewals(flight, d.cfg.afterFunc, d.cfg.leaseDuration/3)
+		defer c.renewals.close()
+	}
 	fanOut(ctx, claimed, d.cfg.concurrency,
-		func(ce ledger.ClaimedEntry) { d.process(flight, ce, c) },
-		func(rest []ledger.ClaimedEntry) { d.releaseAll(ctx, rest, c) })
+		func(ce *ledger.ClaimedEntry) { d.process(flight, ce, c) },
+		func(rest []ledger.ClaimedEntry) { d.releaseAll(rest, c) })
 }
 
 // releaseAll gives back claims that were never emitted.
-func (d *Dispatcher) releaseAll(ctx context.Context, claimed []ledger.ClaimedEntry, c *cycle) {
-	sctx, cancel := d.cfg.storeContext(ctx)
-	defer cancel()
-	for _, ce := range claimed {
+func (d *Dispatcher) releaseAll(claimed []ledger.ClaimedEntry, c *cycle) {
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	sctx := sc.ctx
+	for i := range claimed {
+		ce := &claimed[i]
 		res, err := d.store.ReleaseClaim(sctx, ce.Claim, "dispatcher shutting down before emitting")
 		c.completed(sctx, ce, EventReleased, res, err, 0, nil)
 	}
@@ -207,6 +214,12 @@ func (d *Dispatcher) entryEvent(kind EventKind, ce *ledger.ClaimedEntry) Event {
 // cycle collects the stats and errors of one RunOnce.
 type cycle struct {
 	d *Dispatcher
+	// store hands out the contexts of completions and releases, which
+	// carry the values of RunOnce's ctx but not its cancellation.
+	storeCtx *storeContexts
+	// renewals keeps the claims of the emissions in flight (nil when the
+	// store cannot renew).
+	renewals *renewals
 	// batch applies completions together when the store can.
 	batch *completionBatch
 	mu    sync.Mutex
@@ -248,7 +261,7 @@ func (c *cycle) record(_ context.Context, ev Event) {
 
 // completed records the answer of a completion (or release) of ce that
 // was meant to produce kind: a store error, a lost claim, or kind itself.
-func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind EventKind, res ledger.OutboxResult, err error, dur time.Duration, emitErr error) {
+func (c *cycle) completed(ctx context.Context, ce *ledger.ClaimedEntry, kind EventKind, res ledger.OutboxResult, err error, dur time.Duration, emitErr error) {
 	log := c.d.cfg.logger
 	// Built only on the paths that log: most completions log nothing.
 	attrs := func(more ...slog.Attr) []slog.Attr {
@@ -260,7 +273,7 @@ func (c *cycle) completed(ctx context.Context, ce ledger.ClaimedEntry, kind Even
 			slog.Int("attempt", ce.Entry.Attempts),
 		}, more...)
 	}
-	ev := c.d.entryEvent(kind, &ce)
+	ev := c.d.entryEvent(kind, ce)
 	ev.Duration, ev.Err, ev.Final = dur, emitErr, true
 	switch {
 	case err != nil:

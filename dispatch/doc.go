@@ -58,7 +58,10 @@
 // claim runs out. When the store is a ledger.ClaimRenewer the dispatcher
 // renews each claim every third of the lease while its emission runs, and
 // cancels the emission (context.Cause: ErrClaimLost) as soon as a renewal
-// shows the claim lost. Emitters must honour their context; one that does
+// shows the claim lost. One timer per poll cycle paces the renewals of all
+// its emissions in flight, so an emission that starts while others run is
+// first renewed at the cycle's next tick: sooner than a third of the lease
+// after its own start, never later. Emitters must honour their context; one that does
 // not is abandoned when its context ends and its result is dropped.
 //
 // The caller's clock is trusted (WithClock): a dispatcher whose clock runs
@@ -73,7 +76,11 @@
 // not counted), and lets the emissions in flight finish for up to the
 // shutdown timeout (WithShutdownTimeout) before cancelling them
 // (context.Cause: ErrShutdown). Their outcomes are still recorded, with a
-// context detached from the cancelled one.
+// context detached from the cancelled one. A completion or release is
+// bounded by the lease duration, after which its claim is worthless
+// anyway; the completions of a cycle that start within a tenth of the
+// lease of each other share one such context, so a call may get as
+// little as nine tenths of the lease.
 //
 // # How many dispatchers per database
 //
@@ -131,9 +138,10 @@
 // its own agent.
 //
 // When the ledger is a ledger.Renewer the Worker heartbeats: it renews
-// each lease every third of the lease duration while its handler runs, and
-// cancels the handler (context.Cause: ErrLeaseLost) as soon as a renewal
-// does not apply. Without a Renewer the handle timeout (WithHandleTimeout)
+// each lease every third of the lease duration while its handler runs
+// (paced, as the Dispatcher's renewals are, by one timer per poll cycle),
+// and cancels the handler (context.Cause: ErrLeaseLost) as soon as a
+// renewal does not apply. Without a Renewer the handle timeout (WithHandleTimeout)
 // must be shorter than the lease. Shutdown works as the Dispatcher's
 // does: when Run's (or RunOnce's) context is cancelled the Worker stops
 // leasing, releases the leases whose handler has not started, lets the

@@ -12,26 +12,32 @@ import (
 )
 
 // process emits one claimed entry and completes it.
-func (d *Dispatcher) process(flight context.Context, ce ledger.ClaimedEntry, c *cycle) {
+func (d *Dispatcher) process(flight context.Context, ce *ledger.ClaimedEntry, c *cycle) {
 	emitCtx, cancel := context.WithCancelCause(flight)
 	defer cancel(nil)
 	stopTimeout := d.cfg.afterFunc(d.cfg.emitTimeout, func() { cancel(ErrEmitTimeout) })
-	r := d.startRenewal(flight, ce, cancel, c)
+	var keep *claimRenewal
+	if c.renewals != nil {
+		keep = &claimRenewal{c: c, ce: ce, claim: ce.Claim, cancel: cancel}
+		c.renewals.join(&keep.renewal, keep)
+	}
 	start := d.cfg.clock()
-	res, emitErr := d.emit(emitCtx, ce.Entry)
+	res, emitErr := d.emit(emitCtx, &ce.Entry)
 	dur := d.cfg.clock().Sub(start)
 	// Stop renewing before completing, so no renewal can race the
 	// completion and report a claim that was lost only because it ended.
-	r.end()
+	if keep != nil {
+		c.renewals.leave(&keep.renewal)
+	}
 	stopTimeout()
 
-	sctx, cancelStore := d.cfg.storeContext(flight)
-	defer cancelStore()
-	d.complete(sctx, ce, res, emitErr, dur, c)
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	d.complete(sc.ctx, ce, res, emitErr, dur, c)
 }
 
 // emit calls the emitter on a copy of entry (see callUser).
-func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger.EmissionResult, error) {
+func (d *Dispatcher) emit(ctx context.Context, entry *ledger.OutboxEntry) (ledger.EmissionResult, error) {
 	return callUser(ctx, "emitter", func() (ledger.EmissionResult, error) {
 		return d.emitter.Emit(ctx, entry.Clone())
 	})
@@ -41,21 +47,20 @@ func (d *Dispatcher) emit(ctx context.Context, entry ledger.OutboxEntry) (ledger
 // and applies it: with the cycle's other completions when the cycle
 // completes in batches (WithBatchCompletion on a ledger.ClaimCompleter),
 // on its own otherwise.
-func (d *Dispatcher) complete(ctx context.Context, ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration, c *cycle) {
-	done := d.completion(ce, res, emitErr, dur)
+func (d *Dispatcher) complete(ctx context.Context, ce *ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration, c *cycle) {
+	done, cc := d.completion(ce, res, emitErr, dur)
 	if c.batch != nil {
-		c.batch.add(ctx, done)
+		c.batch.add(ctx, done, cc)
 		return
 	}
-	out, err := applyCompletion(ctx, d.store, done.cc)
+	out, err := applyCompletion(ctx, d.store, cc)
 	c.completed(ctx, ce, done.kind, out, err, dur, done.emitErr)
 }
 
-// doneEmission is an emission's completion, waiting to be applied, with
-// what its event reports.
+// doneEmission is what the event of an emission's completion reports;
+// the completion itself is a ledger.ClaimCompletion beside it.
 type doneEmission struct {
-	ce      ledger.ClaimedEntry
-	cc      ledger.ClaimCompletion
+	ce      *ledger.ClaimedEntry
 	kind    EventKind
 	dur     time.Duration
 	emitErr error
@@ -63,37 +68,42 @@ type doneEmission struct {
 
 // completion decides what completes ce after its emission answered res
 // and emitErr.
-func (d *Dispatcher) completion(ce ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration) doneEmission {
-	done := doneEmission{ce: ce, cc: ledger.ClaimCompletion{Claim: ce.Claim}, dur: dur, emitErr: emitErr}
+func (d *Dispatcher) completion(ce *ledger.ClaimedEntry, res ledger.EmissionResult, emitErr error, dur time.Duration) (doneEmission, ledger.ClaimCompletion) {
+	done := doneEmission{ce: ce, dur: dur, emitErr: emitErr}
+	cc := ledger.ClaimCompletion{Claim: ce.Claim}
+	if emitErr == nil {
+		done.kind, cc.Op, cc.Result = EventDelivered, ledger.OpMarkDelivered, sanitizeResult(res)
+		return done, cc
+	}
+	// Declared after the success path returned: errors.As takes its
+	// address, which puts it on the heap wherever it is declared.
 	var deferral *DeferError
 	switch {
-	case emitErr == nil:
-		done.kind, done.cc.Op, done.cc.Result = EventDelivered, ledger.OpMarkDelivered, sanitizeResult(res)
 	case errors.Is(emitErr, ErrPermanent):
-		done.kind, done.cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
-		done.cc.Error, done.cc.Reason = emissionError(emitErr), ReasonPermanent
+		done.kind, cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
+		cc.Error, cc.Reason = emissionError(emitErr), ReasonPermanent
 	case errors.As(emitErr, &deferral):
-		done.kind, done.cc.Op = EventDeferred, ledger.OpSaveClaim
+		done.kind, cc.Op = EventDeferred, ledger.OpSaveClaim
 		e := ce.Entry
 		e.Status = ledger.OutboxStatusDeferred
 		e.NextAttemptAt = deferral.Until
 		if e.NextAttemptAt.IsZero() {
 			e.NextAttemptAt = d.cfg.clock()
 		}
-		done.cc.Entry = e
+		cc.Entry = e
 		// A deferral is the provider's decision, not a failure.
 		done.emitErr = nil
 	case ce.Entry.Attempts >= d.cfg.policy.MaxAttempts:
-		done.kind, done.cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
-		done.cc.Error, done.cc.Reason = emissionError(emitErr), ReasonMaxAttempts
+		done.kind, cc.Op = EventDeadLettered, ledger.OpMarkDeadLettered
+		cc.Error, cc.Reason = emissionError(emitErr), ReasonMaxAttempts
 	default:
-		done.kind, done.cc.Op = EventRetried, ledger.OpMarkFailed
+		done.kind, cc.Op = EventRetried, ledger.OpMarkFailed
 		// The backoff's jitter is a hash of the entry ID and attempt, so it
 		// spreads retries of different entries without a random source.
 		next := d.cfg.clock().Add(d.cfg.policy.Backoff(ledger.DeliveryID(ce.Claim.EntryID), ce.Entry.Attempts))
-		done.cc.Error, done.cc.NextRetry = emissionError(emitErr), &next
+		cc.Error, cc.NextRetry = emissionError(emitErr), &next
 	}
-	return done
+	return done, cc
 }
 
 // applyCompletion applies cc with the ClaimStore call its Op names.
@@ -119,50 +129,62 @@ func applyCompletion(ctx context.Context, store ledger.ClaimStore, cc ledger.Cla
 // costs about one store call per round of emissions, with no goroutine
 // of its own and no hand-off per completion.
 type completionBatch struct {
-	store    ledger.ClaimCompleter
-	c        *cycle
-	mu       sync.Mutex
-	queue    []doneEmission
+	store ledger.ClaimCompleter
+	c     *cycle
+	mu    sync.Mutex
+	// cs holds the cycle's completions in the order they came, each
+	// passed to the store as it is; dones[i] is what the event of cs[i]
+	// reports. Both are sized for the cycle's claims at once, so a flush
+	// neither copies nor grows them; cs[applied:] are queued.
+	cs       []ledger.ClaimCompletion
+	dones    []doneEmission
+	applied  int
 	flushing bool
 }
 
-// add queues done and, unless another emission is applying the queue,
-// applies it until it is empty.
-func (b *completionBatch) add(ctx context.Context, done doneEmission) {
+// newCompletionBatch returns the completion batch of a cycle that claimed
+// n entries.
+func newCompletionBatch(store ledger.ClaimCompleter, c *cycle, n int) *completionBatch {
+	return &completionBatch{store: store, c: c, cs: make([]ledger.ClaimCompletion, 0, n), dones: make([]doneEmission, 0, n)}
+}
+
+// add queues a completion and, unless another emission is applying the
+// queue, applies it until it is empty.
+func (b *completionBatch) add(ctx context.Context, done doneEmission, cc ledger.ClaimCompletion) {
 	b.mu.Lock()
-	b.queue = append(b.queue, done)
+	b.cs = append(b.cs, cc)
+	b.dones = append(b.dones, done)
 	if b.flushing {
 		b.mu.Unlock()
 		return
 	}
 	b.flushing = true
-	for len(b.queue) > 0 {
-		batch := b.queue
-		b.queue = nil
+	for b.applied < len(b.cs) {
+		// Completions queued meanwhile land after to: the store reads
+		// none of the elements they write.
+		from, to := b.applied, len(b.cs)
+		cs, dones := b.cs[from:to:to], b.dones[from:to:to]
+		b.applied = to
 		b.mu.Unlock()
-		b.apply(ctx, batch)
+		b.apply(ctx, cs, dones)
 		b.mu.Lock()
 	}
 	b.flushing = false
 	b.mu.Unlock()
 }
 
-// apply completes batch in one call and records each answer.
-func (b *completionBatch) apply(ctx context.Context, batch []doneEmission) {
-	cs := make([]ledger.ClaimCompletion, len(batch))
-	for i, done := range batch {
-		cs[i] = done.cc
-	}
+// apply completes cs in one call and records each answer.
+func (b *completionBatch) apply(ctx context.Context, cs []ledger.ClaimCompletion, dones []doneEmission) {
 	outs, err := b.store.CompleteClaims(ctx, cs)
-	if errors.Is(err, ledger.ErrInvalid) && len(batch) > 1 {
+	if errors.Is(err, ledger.ErrInvalid) && len(cs) > 1 {
 		// One malformed completion refuses the whole call: apply each on
 		// its own, so that only that one is refused.
-		for _, done := range batch {
-			b.apply(ctx, []doneEmission{done})
+		for i := range cs {
+			b.apply(ctx, cs[i:i+1], dones[i:i+1])
 		}
 		return
 	}
-	for i, done := range batch {
+	for i, done := range dones {
 		var out ledger.OutboxResult
 		if i < len(outs) {
 			out = outs[i]
@@ -173,7 +195,7 @@ func (b *completionBatch) apply(ctx context.Context, batch []doneEmission) {
 		if out.Outcome == "" {
 			doneErr = err
 			if doneErr == nil {
-				doneErr = fmt.Errorf("dispatch: the store left the completion of %s undecided", done.cc.Claim.EntryID)
+				doneErr = fmt.Errorf("dispatch: the store left the completion of %s undecided", cs[i].Claim.EntryID)
 			}
 		}
 		b.c.completed(ctx, done.ce, done.kind, out, doneErr, done.dur, done.emitErr)
@@ -212,47 +234,52 @@ func sanitizeResult(r ledger.EmissionResult) ledger.EmissionResult {
 	}
 }
 
-// startRenewal renews the claim every third of the lease while its
-// emission runs, when the store is a ledger.ClaimRenewer. A renewal that
-// does not apply means another worker may own the entry, so the emission
-// is cancelled with ErrClaimLost.
-func (d *Dispatcher) startRenewal(ctx context.Context, ce ledger.ClaimedEntry, cancel context.CancelCauseFunc, c *cycle) *renewLoop {
-	renewer, ok := d.store.(ledger.ClaimRenewer)
-	if !ok {
-		return noRenewal()
-	}
-	// claim is read by a renewal and replaced by the previous one's settle;
-	// renewals run one after another, ordered by the loop's lock.
-	claim := ce.Claim
-	return startRenewLoop(ctx, d.cfg.afterFunc, d.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
-		res, err := renewer.RenewClaim(sctx, claim, d.cfg.clock(), d.cfg.leaseDuration)
-		return func() bool {
-			ev := d.entryEvent(EventRenewed, &ce)
-			ev.Outcome = string(res.Outcome)
-			switch {
-			case err != nil:
-				// The claim may still be ours: try again at the next tick.
-				ev.Kind, ev.Err = EventStoreError, err
-				d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
-					slog.String("entry_id", string(claim.EntryID)),
-					slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.Any("error", err))
-			case !res.Applied():
-				ev.Kind = EventRenewLost
-				d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
-					slog.String("entry_id", string(claim.EntryID)),
-					slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.String("outcome", string(res.Outcome)))
-				cancel(ErrClaimLost)
-				c.record(ctx, ev)
-				return false
-			default:
-				// The entry shows the new expiry; the token stays the one
-				// this dispatcher was granted (entries carry none).
-				if res.Entry.Claim != nil {
-					claim.ExpiresAt = res.Entry.Claim.ExpiresAt
-				}
-			}
+// claimRenewal renews the claim of one emission while it runs, when the
+// store is a ledger.ClaimRenewer (see renewals: the cycle renews every
+// third of the lease). A renewal that does not apply means another
+// worker may own the entry, so the emission is cancelled with
+// ErrClaimLost.
+type claimRenewal struct {
+	renewal
+	c  *cycle
+	ce *ledger.ClaimedEntry
+	// claim is read by a renewal and replaced by the previous one's
+	// settle; one item's renewals run one after another, ordered by the
+	// renewals' lock.
+	claim  ledger.Claim
+	cancel context.CancelCauseFunc
+}
+
+func (k *claimRenewal) renew(sctx context.Context) func() bool {
+	d, c, ce := k.c.d, k.c, k.ce
+	ctx := c.renewals.ctx
+	res, err := d.store.(ledger.ClaimRenewer).RenewClaim(sctx, k.claim, d.cfg.clock(), d.cfg.leaseDuration)
+	return func() bool {
+		ev := d.entryEvent(EventRenewed, ce)
+		ev.Outcome = string(res.Outcome)
+		switch {
+		case err != nil:
+			// The claim may still be ours: try again at the next tick.
+			ev.Kind, ev.Err = EventStoreError, err
+			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: claim renewal failed",
+				slog.String("entry_id", string(k.claim.EntryID)),
+				slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.Any("error", err))
+		case !res.Applied():
+			ev.Kind = EventRenewLost
+			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
+				slog.String("entry_id", string(k.claim.EntryID)),
+				slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.String("outcome", string(res.Outcome)))
+			k.cancel(ErrClaimLost)
 			c.record(ctx, ev)
-			return true
+			return false
+		default:
+			// The entry shows the new expiry; the token stays the one
+			// this dispatcher was granted (entries carry none).
+			if res.Entry.Claim != nil {
+				k.claim.ExpiresAt = res.Entry.Claim.ExpiresAt
+			}
 		}
-	})
+		c.record(ctx, ev)
+		return true
+	}
 }

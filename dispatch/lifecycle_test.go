@@ -145,6 +145,37 @@ func checkShutdownReleases(t *testing.T, clk *testClock, store ledger.ClaimStore
 	assert.Len(t, claimed, 3)
 }
 
+// TestShutdownReleasesTheRestBeforeTheEmissionInFlightEnds: the claims
+// a cancelled cycle had not started are given back at once, not after
+// the emissions in flight, which may take the whole shutdown timeout.
+func TestShutdownReleasesTheRestBeforeTheEmissionInFlightEnds(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	store := newOutbox(clk)
+	enqueue(t, store, "k", 4)
+	em := newBlockingEmitter(true)
+	obs := newCounter()
+	d, err := dispatch.NewDispatcher(store, em, append(baseOptions(clk, &fakeTimers{}, obs),
+		dispatch.WithConcurrency(1), dispatch.WithShutdownTimeout(time.Hour))...)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan dispatch.Stats, 1)
+	go func() {
+		st, _ := d.RunOnce(ctx)
+		done <- st
+	}()
+	receive(t, em.started, "first emission")
+	cancel()
+	require.Eventually(t, func() bool { return obs.Count(dispatch.EventReleased) == 3 }, waitLimit, time.Millisecond,
+		"the three claims not started are released while the first emission runs")
+	assert.Zero(t, obs.Count(dispatch.EventDelivered))
+	em.proceed <- struct{}{}
+	st := receive(t, done, "RunOnce to return")
+	assert.Equal(t, 1, st.Delivered)
+	assert.Equal(t, 3, st.Released)
+}
+
 func TestShutdownDeadlineCancelsInFlightEmissions(t *testing.T) {
 	t.Parallel()
 	clk := newClock()

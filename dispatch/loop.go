@@ -16,8 +16,8 @@ import (
 
 // This file holds what the Dispatcher's and the Worker's loops share: the
 // poll wait, the contexts of work in flight and of store calls, bounded
-// fan-out, calling user code, renewal timers, the checks of the shared
-// settings and the sanitising of text bound for the store.
+// fan-out, calling user code, the checks of the shared settings and the
+// sanitising of text bound for the store. Renewals are in renew.go.
 
 // invalid returns the *ledger.InvalidError for a malformed argument.
 func invalid(field, reason string) error {
@@ -120,44 +120,126 @@ func (c *config) flight(ctx context.Context) (flight context.Context, stop func(
 	}
 }
 
-// storeContext is the context of a store call that must happen even after
-// the caller's ctx was cancelled (a completion or release): otherwise the
-// claim or lease would be stranded until it expires. It is bounded by the
-// lease duration, after which the claim or lease is worthless anyway.
-func (c *config) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.leaseDuration)
+// storeContexts hands out the contexts of one cycle's completions and
+// releases: store calls that must happen even after the cycle's ctx was
+// cancelled, since otherwise the claim or lease would be stranded until
+// it expires. Each is bounded by the lease duration, after which the
+// claim or lease is worthless anyway.
+//
+// The calls that start within a tenth of the lease duration of each other
+// share one context, so that a drained item costs no context and timer of
+// its own: a call is bounded by the lease duration from the start of the
+// first call that shared its context, so by at least nine tenths of it
+// from its own start.
+type storeContexts struct {
+	detached context.Context // the cycle's ctx without its cancellation
+	lease    time.Duration
+
+	mu  sync.Mutex
+	cur *storeContext // the context new calls share; nil before the first
+}
+
+// storeContext is one shared context and the number of calls using it.
+type storeContext struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+	users    int
+}
+
+// newStoreContexts returns the store contexts of a cycle run under ctx.
+func newStoreContexts(ctx context.Context, lease time.Duration) *storeContexts {
+	return &storeContexts{detached: context.WithoutCancel(ctx), lease: lease}
+}
+
+// get returns the context of one store call; put gives it back when the
+// call is done.
+func (s *storeContexts) get() *storeContext {
+	// Real time, as the context's own deadline is: the loop's clock
+	// (WithClock) says when claims and leases expire, not when this
+	// process gives up on a call.
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cur; c == nil || c.deadline.Sub(now) < s.lease-s.lease/10 {
+		if c != nil && c.users == 0 {
+			c.cancel()
+		}
+		c = &storeContext{deadline: now.Add(s.lease)}
+		c.ctx, c.cancel = context.WithDeadline(s.detached, c.deadline)
+		s.cur = c
+	}
+	s.cur.users++
+	return s.cur
+}
+
+// put gives back the context of a store call that is done, cancelling
+// it (to release its timer) when no call uses it and new calls no longer
+// take it.
+func (s *storeContexts) put(c *storeContext) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.users--; c.users == 0 && c != s.cur {
+		c.cancel()
+	}
+}
+
+// close cancels the shared context once the cycle's calls are done.
+func (s *storeContexts) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cur; c != nil {
+		s.cur = nil
+		if c.users == 0 {
+			c.cancel()
+		}
+	}
 }
 
 // fanOut calls run for each item, at most limit at once, and waits for
-// every call it started. Once ctx is cancelled it starts nothing new and
-// passes the items it had not started to release.
-func fanOut[T any](ctx context.Context, items []T, limit int, run func(T), release func([]T)) {
-	sem := make(chan struct{}, limit)
+// every call it started. The calls run on a pool of at most limit
+// goroutines that take the items in order, so a cycle starts limit
+// goroutines, not one per item. Once ctx is cancelled it starts nothing
+// new and passes the items it had not started to release at once, while
+// the calls in flight go on.
+func fanOut[T any](ctx context.Context, items []T, limit int, run func(*T), release func([]T)) {
+	var mu sync.Mutex
+	next := 0 // items[:next] were started or released
+	take := func() *T {
+		mu.Lock()
+		defer mu.Unlock()
+		// A cancelled cycle starts nothing new, even when the release
+		// below has not run yet.
+		if next == len(items) || ctx.Err() != nil {
+			return nil
+		}
+		next++
+		return &items[next-1]
+	}
+	released := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(released)
+		mu.Lock()
+		rest := items[next:]
+		next = len(items)
+		mu.Unlock()
+		if len(rest) > 0 {
+			release(rest)
+		}
+	})
 	var wg sync.WaitGroup
-	for i, item := range items {
-		acquired := false
-		select {
-		case sem <- struct{}{}:
-			acquired = true
-		case <-ctx.Done():
-		}
-		// Checked after the select too: when both cases are ready it picks
-		// at random, and a cancelled cycle must start nothing new.
-		if ctx.Err() != nil {
-			if acquired {
-				<-sem
+	for range min(limit, len(items)) {
+		wg.Go(func() {
+			for item := take(); item != nil; item = take() {
+				run(item)
 			}
-			release(items[i:])
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			run(item)
-		}()
+		})
 	}
 	wg.Wait()
+	if !stopWatch() {
+		// ctx was cancelled: the release has started; wait for it.
+		<-released
+	}
 }
 
 // callUser calls f, the user's code (who: "emitter" or "handler"), in its
@@ -201,67 +283,6 @@ func explainCancel(ctx context.Context, who string, err error) error {
 		return fmt.Errorf("%w (%s returned: %w)", context.Cause(ctx), who, err)
 	}
 	return err
-}
-
-// renewLoop keeps one claim or lease alive while its work runs.
-type renewLoop struct {
-	mu   sync.Mutex
-	done bool
-	stop func() bool
-}
-
-// startRenewLoop calls renew every interval until end is called or a
-// renewal's settle function reports false. renew makes the store call
-// under a context detached from ctx (the work's own context may be
-// cancelled while its claim or lease still needs keeping) and bounded by
-// the interval; the settle function it returns records the answer under
-// the loop's lock, so that nothing is recorded once end has returned.
-//
-// Callers renew every third of the lease: early enough that two renewals
-// can fail (a slow store, a lost connection) before the lease runs out.
-func startRenewLoop(ctx context.Context, after AfterFunc, interval time.Duration, renew func(context.Context) (settle func() bool)) *renewLoop {
-	l := &renewLoop{}
-	var tick func()
-	tick = func() {
-		l.mu.Lock()
-		if l.done {
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
-
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
-		settle := renew(sctx)
-		cancel()
-
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.done {
-			return
-		}
-		if !settle() {
-			l.done = true
-			return
-		}
-		l.stop = after(interval, tick)
-	}
-	l.mu.Lock()
-	l.stop = after(interval, tick)
-	l.mu.Unlock()
-	return l
-}
-
-// noRenewal is the renewLoop of a store that cannot renew.
-func noRenewal() *renewLoop { return &renewLoop{done: true} }
-
-// end stops renewing; a renewal already in flight is ignored when it returns.
-func (l *renewLoop) end() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.done = true
-	if l.stop != nil {
-		l.stop()
-	}
 }
 
 // sanitizeText makes s valid free text for the store (valid UTF-8, no

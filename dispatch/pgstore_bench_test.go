@@ -106,3 +106,81 @@ func benchDispatcherDrain(b *testing.B, oneByOne bool) {
 		b.Fatalf("%d of %d entries delivered", n, b.N)
 	}
 }
+
+// BenchmarkWorkerDrain drains b.N deliveries from pgstore with four
+// Workers (one agent each) running poll cycles side by side and a
+// handler that processes at once: the library's own cost per delivery,
+// as BenchmarkDispatcherDrain measures it for the outbox. An op is one
+// delivery; the enqueue is not timed. Beside ns/op it reports the
+// client's CPU per delivery. Run with a fixed -benchtime, e.g. 20000x.
+func BenchmarkWorkerDrain(b *testing.B) {
+	pool := pgtest.Pool(b)
+	schema := pgtest.Schema(b, pool)
+	s, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithGroupCommit(true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	for from := 0; from < b.N; from += ledger.MaxLimit {
+		reqs := make([]ledger.EnqueueRequest, min(ledger.MaxLimit, b.N-from))
+		for i := range reqs {
+			reqs[i] = ledger.EnqueueRequest{
+				ID:      ledger.DeliveryID(fmt.Sprintf("d-%09d", from+i)),
+				Target:  ledger.Target(fmt.Sprintf("host-%d", (from+i)%10)),
+				Payload: []byte("{}"),
+			}
+		}
+		if _, err := s.EnqueueBatch(ctx, reqs, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "deliveries"}.Sanitize()); err != nil {
+		b.Fatal(err)
+	}
+	handler := dispatch.HandlerFunc(func(context.Context, ledger.Delivery) (dispatch.Decision, error) {
+		return dispatch.Decision{}, nil
+	})
+	const workers = 4
+	ws := make([]*dispatch.Worker, workers)
+	for i := range ws {
+		ws[i], err = dispatch.NewWorker(s, fmt.Sprintf("bench-%d", i), nil, handler,
+			dispatch.WithBatchSize(100), dispatch.WithConcurrency(25), dispatch.WithLogger(discardLogger()))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := pgtest.ProcessCPU()
+	b.ReportAllocs()
+	b.ResetTimer()
+	errs := make(chan error, workers)
+	for _, w := range ws {
+		go func() {
+			for {
+				st, err := w.RunOnce(ctx)
+				if err != nil || st.Leased == 0 {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range ws {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(pgtest.ProcessCPU()-cpu)/float64(b.N), "client-cpu-ns/op")
+	st, err := s.Stats(ctx, ledger.StatsFilter{}, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n := st.ByState[ledger.DeliveryStateProcessed]; n != int64(b.N) {
+		b.Fatalf("%d of %d deliveries processed", n, b.N)
+	}
+}

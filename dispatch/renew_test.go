@@ -170,3 +170,44 @@ func TestRunPollsOnTheInjectedTimer(t *testing.T) {
 	require.NoError(t, receive(t, runErr, "Run to return"))
 	assert.Zero(t, timers.Active(interval), "the poll timer is stopped")
 }
+
+// TestOneTimerRenewsEveryEmissionOfACycle: a cycle's emissions in flight
+// are renewed together, on one timer, and an emission that starts while
+// others run is renewed at the cycle's next tick; one that ended is not.
+func TestOneTimerRenewsEveryEmissionOfACycle(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	store := &renewingOutbox{Outbox: newOutbox(clk)}
+	enqueue(t, store, "k", 3)
+	timers := &fakeTimers{}
+	em := newBlockingEmitter(true)
+	obs := newCounter()
+	const lease = 90 * time.Second
+	const every = lease / 3
+	d, err := dispatch.NewDispatcher(store, em, append(baseOptions(clk, timers, obs),
+		dispatch.WithLeaseDuration(lease), dispatch.WithEmitTimeout(time.Minute), dispatch.WithConcurrency(2))...)
+	require.NoError(t, err)
+
+	done := runOnceAsync(context.Background(), d)
+	receive(t, em.started, "first emission")
+	receive(t, em.started, "second emission")
+	require.Equal(t, 1, timers.Active(every), "one renewal timer for the cycle, not one per emission")
+	clk.Advance(every)
+	require.Equal(t, 1, timers.Fire(every))
+	assert.Equal(t, 2, store.Calls(), "the tick renewed both claims")
+
+	em.proceed <- struct{}{}
+	receive(t, em.started, "third emission, in the place of the one that ended")
+	require.Equal(t, 1, timers.Active(every))
+	clk.Advance(every)
+	require.Equal(t, 1, timers.Fire(every))
+	assert.Equal(t, 4, store.Calls(), "the tick renewed the two claims in flight, not the ended one")
+
+	em.proceed <- struct{}{}
+	em.proceed <- struct{}{}
+	res := receive(t, done, "RunOnce")
+	require.NoError(t, res.err)
+	assert.Equal(t, 3, res.stats.Delivered)
+	assert.Equal(t, 4, res.stats.Renewed)
+	assert.Zero(t, timers.Active(every), "no renewal after the cycle's emissions ended")
+}

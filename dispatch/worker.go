@@ -253,7 +253,8 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	if err := ctx.Err(); err != nil {
 		return WorkerStats{}, err
 	}
-	c := &workerCycle{w: w}
+	c := &workerCycle{w: w, storeCtx: newStoreContexts(ctx, w.cfg.leaseDuration)}
+	defer c.storeCtx.close()
 	res, err := w.ledger.Lease(ctx, w.filter, w.owner, w.cfg.clock(), w.cfg.leaseDuration, w.cfg.batchSize)
 	if err != nil && ctx.Err() == nil {
 		// Observed here, logged by Run (once per doubling of the failures
@@ -285,16 +286,22 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 	}
 	flight, stop := w.cfg.flight(ctx)
 	defer stop()
+	if w.renewer != nil {
+		c.renewals = newRenewals(flight, w.cfg.afterFunc, w.cfg.leaseDuration/3)
+		defer c.renewals.close()
+	}
 	fanOut(ctx, leased, w.cfg.concurrency,
-		func(ld ledger.LeasedDelivery) { w.process(flight, ld, c) },
-		func(rest []ledger.LeasedDelivery) { w.releaseAll(ctx, rest, c) })
+		func(ld *ledger.LeasedDelivery) { w.process(flight, ld, c) },
+		func(rest []ledger.LeasedDelivery) { w.releaseAll(rest, c) })
 }
 
 // releaseAll gives back leases whose handler never started.
-func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery, c *workerCycle) {
-	sctx, cancel := w.cfg.storeContext(ctx)
-	defer cancel()
-	for _, ld := range leased {
+func (w *Worker) releaseAll(leased []ledger.LeasedDelivery, c *workerCycle) {
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	sctx := sc.ctx
+	for i := range leased {
+		ld := &leased[i]
 		res, err := w.ledger.Release(sctx, ld.Lease, w.cfg.clock())
 		c.completed(sctx, ld, EventReleased, res, err, 0, nil)
 	}
@@ -302,10 +309,16 @@ func (w *Worker) releaseAll(ctx context.Context, leased []ledger.LeasedDelivery,
 
 // workerCycle collects the stats and errors of one RunOnce.
 type workerCycle struct {
-	w     *Worker
-	mu    sync.Mutex
-	stats WorkerStats
-	errs  []error
+	w *Worker
+	// store hands out the contexts of completions and releases, which
+	// carry the values of RunOnce's ctx but not its cancellation.
+	storeCtx *storeContexts
+	// renewals keeps the leases of the handlers in flight (nil when the
+	// ledger cannot renew).
+	renewals *renewals
+	mu       sync.Mutex
+	stats    WorkerStats
+	errs     []error
 }
 
 // record counts ev and passes it to the observer.
@@ -343,7 +356,7 @@ func (c *workerCycle) record(ev Event) {
 
 // completed records the answer of a completion of ld that was meant to
 // produce kind: a store error, an outcome that did not apply, or kind.
-func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, kind EventKind, res ledger.DeliveryResult, err error, dur time.Duration, handleErr error) {
+func (c *workerCycle) completed(ctx context.Context, ld *ledger.LeasedDelivery, kind EventKind, res ledger.DeliveryResult, err error, dur time.Duration, handleErr error) {
 	log := c.w.cfg.logger
 	// Built only on the paths that log: most completions log nothing.
 	attrs := func(more ...slog.Attr) []slog.Attr {
@@ -354,7 +367,7 @@ func (c *workerCycle) completed(ctx context.Context, ld ledger.LeasedDelivery, k
 			slog.Int("attempt", ld.Delivery.Attempts),
 		}, more...)
 	}
-	ev := c.w.deliveryEvent(kind, &ld)
+	ev := c.w.deliveryEvent(kind, ld)
 	ev.Duration, ev.Err, ev.Outcome, ev.Final = dur, handleErr, string(res.Outcome), true
 	switch {
 	case err != nil:
@@ -415,22 +428,28 @@ func processedEarlier(kind EventKind, res ledger.DeliveryResult) bool {
 }
 
 // process handles one leased delivery and records the answer.
-func (w *Worker) process(flight context.Context, ld ledger.LeasedDelivery, c *workerCycle) {
+func (w *Worker) process(flight context.Context, ld *ledger.LeasedDelivery, c *workerCycle) {
 	hctx, cancel := context.WithCancelCause(flight)
 	defer cancel(nil)
 	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { cancel(ErrHandleTimeout) })
-	hb := w.startHeartbeat(flight, ld, cancel, c)
+	var hb *heartbeat
+	if c.renewals != nil {
+		hb = &heartbeat{c: c, ld: ld, cancel: cancel}
+		c.renewals.join(&hb.renewal, hb)
+	}
 	start := w.cfg.clock()
-	out := w.handle(hctx, ld.Delivery)
+	out := w.handle(hctx, &ld.Delivery)
 	dur := w.cfg.clock().Sub(start)
 	// Stop renewing before completing: a renewal racing the
 	// acknowledgement would answer WrongState and look like a lost lease.
-	hb.end()
+	if hb != nil {
+		c.renewals.leave(&hb.renewal)
+	}
 	stopTimeout()
 
-	sctx, cancelStore := w.cfg.storeContext(flight)
-	defer cancelStore()
-	w.complete(sctx, ld, out, dur, c)
+	sc := c.storeCtx.get()
+	defer c.storeCtx.put(sc)
+	w.complete(sc.ctx, ld, out, dur, c)
 }
 
 // handled is the answer of the user code for one delivery.
@@ -442,7 +461,7 @@ type handled struct {
 
 // handle calls the handler and, for a decision to process, finds the
 // fence (see callUser: a panic in either is a *PanicError).
-func (w *Worker) handle(ctx context.Context, d ledger.Delivery) handled {
+func (w *Worker) handle(ctx context.Context, d *ledger.Delivery) handled {
 	out, err := callUser(ctx, "handler", func() (handled, error) {
 		dec, err := w.handler.Handle(ctx, d.Clone())
 		out := handled{dec: dec}
@@ -477,7 +496,7 @@ func (w *Worker) fence(ctx context.Context, target ledger.Target, dec Decision) 
 }
 
 // complete maps the user code's answer to ledger calls under the lease.
-func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out handled, dur time.Duration, c *workerCycle) {
+func (w *Worker) complete(ctx context.Context, ld *ledger.LeasedDelivery, out handled, dur time.Duration, c *workerCycle) {
 	switch {
 	case out.err != nil:
 		reason := ledger.FailureReason{
@@ -527,7 +546,7 @@ func (w *Worker) complete(ctx context.Context, ld ledger.LeasedDelivery, out han
 // count the refusal; the delivery is Expired when the end applied. When
 // it did not (or the ledger cannot, or the call failed, which is logged),
 // the delivery stays acknowledged until its deadline.
-func (w *Worker) endFenceRejected(ctx context.Context, ld ledger.LeasedDelivery, fence *ledger.Fence, res ledger.DeliveryResult, err error) ledger.DeliveryResult {
+func (w *Worker) endFenceRejected(ctx context.Context, ld *ledger.LeasedDelivery, fence *ledger.Fence, res ledger.DeliveryResult, err error) ledger.DeliveryResult {
 	fr, ok := w.ledger.(ledger.FenceRejecter)
 	if err != nil || res.Outcome != ledger.OutcomeFenceRejected || fence == nil || !ok {
 		return res
@@ -555,7 +574,7 @@ const markProcessedTries = 3
 // Repeated, which completed counts as processed. Errors of tries that are
 // followed by another are logged, not recorded: the delivery is counted
 // once, by the last try.
-func (w *Worker) markProcessed(ctx context.Context, ld ledger.LeasedDelivery, fence *ledger.Fence, action ledger.ActionRef) (ledger.DeliveryResult, error) {
+func (w *Worker) markProcessed(ctx context.Context, ld *ledger.LeasedDelivery, fence *ledger.Fence, action ledger.ActionRef) (ledger.DeliveryResult, error) {
 	for try := 1; ; try++ {
 		res, err := w.ledger.MarkProcessed(ctx, ld.Delivery.ID, w.owner, fence, action, w.cfg.clock())
 		if err == nil || try == markProcessedTries || ctx.Err() != nil || errors.Is(err, ledger.ErrInvalid) {
@@ -567,38 +586,42 @@ func (w *Worker) markProcessed(ctx context.Context, ld ledger.LeasedDelivery, fe
 	}
 }
 
-// startHeartbeat renews the lease every third of the lease duration
-// while its handler runs, when the ledger is a ledger.Renewer. A renewal
-// that does not apply means another worker may hold the delivery, so the
-// handler is cancelled with ErrLeaseLost.
-func (w *Worker) startHeartbeat(ctx context.Context, ld ledger.LeasedDelivery, cancel context.CancelCauseFunc, c *workerCycle) *renewLoop {
-	if w.renewer == nil {
-		return noRenewal()
-	}
-	id := string(ld.Delivery.ID)
-	return startRenewLoop(ctx, w.cfg.afterFunc, w.cfg.leaseDuration/3, func(sctx context.Context) func() bool {
-		// Renewal keeps the token and sequence, so the lease as granted
-		// stays the one to present.
-		res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
-		return func() bool {
-			ev := w.deliveryEvent(EventRenewed, &ld)
-			ev.Outcome = string(res.Outcome)
-			switch {
-			case err != nil:
-				// The lease may still be ours: try again at the next tick.
-				ev.Kind, ev.Err = EventStoreError, err
-				w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
-					slog.String("delivery_id", id), slog.Any("error", err))
-			case !res.Applied():
-				ev.Kind = EventRenewLost
-				w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
-					slog.String("delivery_id", id), slog.String("outcome", string(res.Outcome)))
-				cancel(ErrLeaseLost)
-				c.record(ev)
-				return false
-			}
+// heartbeat renews the lease of one handler while it runs, when the
+// ledger is a ledger.Renewer (see renewals: the cycle renews every third
+// of the lease duration). A renewal that does not apply means another
+// worker may hold the delivery, so the handler is cancelled with
+// ErrLeaseLost.
+type heartbeat struct {
+	renewal
+	c      *workerCycle
+	ld     *ledger.LeasedDelivery
+	cancel context.CancelCauseFunc
+}
+
+func (hb *heartbeat) renew(sctx context.Context) func() bool {
+	w, c, ld := hb.c.w, hb.c, hb.ld
+	ctx := c.renewals.ctx
+	// Renewal keeps the token and sequence, so the lease as granted
+	// stays the one to present.
+	res, err := w.renewer.RenewLease(sctx, ld.Lease, w.cfg.clock(), w.cfg.leaseDuration)
+	return func() bool {
+		ev := w.deliveryEvent(EventRenewed, ld)
+		ev.Outcome = string(res.Outcome)
+		switch {
+		case err != nil:
+			// The lease may still be ours: try again at the next tick.
+			ev.Kind, ev.Err = EventStoreError, err
+			w.cfg.logger.LogAttrs(ctx, slog.LevelError, "dispatch: lease renewal failed",
+				slog.String("delivery_id", string(ld.Delivery.ID)), slog.Any("error", err))
+		case !res.Applied():
+			ev.Kind = EventRenewLost
+			w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
+				slog.String("delivery_id", string(ld.Delivery.ID)), slog.String("outcome", string(res.Outcome)))
+			hb.cancel(ErrLeaseLost)
 			c.record(ev)
-			return true
+			return false
 		}
-	})
+		c.record(ev)
+		return true
+	}
 }
