@@ -11,8 +11,8 @@ import (
 )
 
 // This file writes the transitions decided on held records (held.go): a
-// group of them, or a single call, is one statement sent with BEGIN and
-// COMMIT in one round trip. The statement updates the rows still at the
+// group of them, or a single call, is one statement, a transaction of its
+// own in one round trip (oneTrip). The statement updates the rows still at the
 // held version and token, and writes the history entries and count
 // changes of exactly those rows; the calls whose row moved on are decided
 // again the ordinary way.

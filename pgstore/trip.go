@@ -3,73 +3,96 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"time"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// rollbackTimeout bounds a ROLLBACK sent after a failure, when the
-// caller's context may be done and the connection may be gone.
-const rollbackTimeout = 5 * time.Second
-
 // oneTrip runs query as a transaction of its own on a connection of the
-// pool, in two round trips: BEGIN, the prelude statements (SET LOCAL and
-// the like, which end with the transaction) and query together, calling
-// scan for every row query returns; then COMMIT. COMMIT goes on its own
-// so that a call given up while its statement waits (its context
-// cancelled, its connection closed) never commits: a server that finds
-// the connection gone before COMMIT rolls the transaction back.
+// pool, in one round trip: the prelude statements (set_config(..., true)
+// and the like, which end with the transaction) and query go as one
+// pipeline that ends in a single Sync, calling scan for every row query
+// returns. Without a BEGIN, PostgreSQL runs such a pipeline as one
+// implicit transaction: the settings last until its end, an error in any
+// statement skips the rest and rolls the whole back, and the server
+// commits it when it reaches the Sync, before it answers ReadyForQuery
+// (PostgreSQL's documentation, the protocol chapter: "Extended Query"
+// and "Pipelining"). TestOneTripIsOneImplicitTransaction pins this.
 //
-// committing reports that the outcome is unknown: COMMIT was sent and no
-// answer came that says what became of it (see commitOutcome). Otherwise
-// an error means nothing was committed.
+// The Sync goes with the statements, so the server commits whatever the
+// client does meanwhile: a call given up while its statement waits (its
+// context done, its connection closed) may still commit, and is then
+// unknown, like a lost COMMIT. tripOutcome says what each failure means.
+//
+// committing reports that the outcome is unknown: the statements were
+// sent and no answer came that says what became of them. Otherwise an
+// error means nothing was committed.
 func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
+	// A connection whose answers were not all read is closed by the
+	// driver; the pool then drops it.
 	defer pc.Release()
-	conn := pc.Conn()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	for _, p := range prelude {
 		b.Queue(p)
 	}
 	b.Queue(query, args...)
-	br := conn.SendBatch(ctx, b)
-	err = readTrip(br, len(prelude), scan)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		// An aborted or open transaction block stays open until it is
-		// rolled back; a connection returned to the pool so would fail
-		// its next user (the pool closes one it finds broken).
-		if !conn.IsClosed() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-			defer cancel()
-			_, _ = conn.Exec(rctx, "ROLLBACK")
-		}
+	br := pc.Conn().SendBatch(ctx, b)
+	failed, err := readTrip(br, len(prelude), scan)
+	cerr := br.Close()
+	return tripOutcome(failed, err, cerr)
+}
+
+// tripOutcome classifies how oneTrip's implicit transaction ended:
+// failed is the error a statement answered with, err any other error
+// while its answers were read (a scan that failed, a lost connection),
+// and cerr the error of reading the rest up to ReadyForQuery, where the
+// commit happens. It returns committing true when the outcome is
+// unknown, and the error to report, nil when the transaction committed.
+//
+//   - A statement answered an ERROR (failedStatement): the server
+//     aborted the transaction there and rolls it back at the Sync, so
+//     nothing was committed, whatever the rest says.
+//   - The request never went out (pgconn.SafeToRetry): nothing was
+//     committed.
+//   - Any other error while the answers were read (the connection lost,
+//     the context done, a row the client could not take): the server
+//     reads on to the Sync and commits without the client, so the
+//     outcome is unknown, even when the rest was read.
+//   - Every answer read, and the end failed: as an error at COMMIT
+//     (commitOutcome): a refused commit committed nothing, anything
+//     else is unknown.
+func tripOutcome(failed, err, cerr error) (committing bool, _ error) {
+	switch {
+	case failed != nil:
+		return false, failed
+	case err != nil && pgconn.SafeToRetry(err):
 		return false, err
+	case err != nil:
+		return true, err
 	}
-	// COMMIT goes as a batch of one, in the extended protocol like every
-	// other statement of the store, so that it is sent and answered the
-	// way a group transaction's is.
-	cb := &pgx.Batch{}
-	cb.Queue("COMMIT")
-	var answered bool
-	err = send(ctx, conn, cb, func(_ int, tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return errRolledBack
-		}
-		answered = true
-		return nil
-	})
-	return commitOutcome(err, answered)
+	return commitOutcome(cerr, false)
+}
+
+// failedStatement reports whether err is the answer of a statement that
+// failed in the server, after which PostgreSQL aborts the transaction:
+// severity ERROR (a FATAL or PANIC may be sent by a pooler, or after the
+// server committed) and not of SQLSTATE class 08, which a pooler sends
+// when its link to the server drops, whatever the server did first.
+func failedStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" { // servers before 9.6 send only the localised one
+		severity = pgErr.Severity
+	}
+	return severity == "ERROR" && !strings.HasPrefix(pgErr.Code, "08")
 }
 
 // commitOutcome classifies how a round trip that carried COMMIT ended,
@@ -138,25 +161,32 @@ func refusedCommit(err error) bool {
 // show that a held write still answers truly (deliveryCompletion.wrote).
 var refusedCodes = map[string]bool{sqlstateSerializationFailure: true, sqlstateDeadlockDetected: true}
 
-// readTrip reads the results of the batch oneTrip sends.
-func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) error {
-	for range 1 + prelude {
+// readTrip reads the results of the batch oneTrip sends. failed is the
+// error a statement answered with (failedStatement); err is any other.
+func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) (failed, err error) {
+	split := func(err error) (error, error) {
+		if failedStatement(err) {
+			return err, nil
+		}
+		return nil, err
+	}
+	for range prelude {
 		if _, err := br.Exec(); err != nil {
-			return err
+			return split(err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return err
+		return split(err)
 	}
 	for rows.Next() {
 		if err := scan(rows); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 	}
 	rows.Close()
-	return rows.Err()
+	return split(rows.Err())
 }
 
 // trip runs oneTrip, retrying it like inTx after an error that is safe

@@ -1,0 +1,235 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgtest"
+)
+
+// These tests pin what the one-trip transactions (trip.go) rely on, and
+// count the round trips the hot calls cost.
+
+// tripConn counts the requests a connection sends that the server
+// answers with ReadyForQuery: a Sync (the end of a pipeline, or of the
+// driver's preparing of new statements) or a simple Query (a COPY among
+// them). The client waits for each, so each is a round trip.
+type tripConn struct {
+	net.Conn
+	trips *atomic.Int64
+}
+
+func (c *tripConn) Write(p []byte) (int, error) {
+	// The driver writes whole messages; the startup message, which has
+	// no type byte, is never counted (the count starts after it).
+	for q := p; len(q) >= 5; {
+		size := 1 + int(binary.BigEndian.Uint32(q[1:5]))
+		if size < 5 || size > len(q) {
+			break
+		}
+		if q[0] == 'S' || q[0] == 'Q' {
+			c.trips.Add(1)
+		}
+		q = q[size:]
+	}
+	return c.Conn.Write(p)
+}
+
+// tripStore returns a migrated store on a pool of one connection whose
+// round trips trips counts, with a fixed clock.
+func tripStore(t *testing.T, opts ...Option) (s *Store, trips *atomic.Int64, ctx context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1 // one connection, so that its statements are prepared once warmed up
+	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	trips = &atomic.Int64{}
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &tripConn{Conn: conn, trips: trips}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err = New(pool, append([]Option{WithSchema(pgtest.Schema(t, pool)), WithClock(func() time.Time { return groupT0 }),
+		WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	return s, trips, ctx
+}
+
+// tripsOf returns how many round trips call cost, having run it once
+// before so that the connection has prepared its statements.
+func tripsOf(t *testing.T, trips *atomic.Int64, call func()) int64 {
+	t.Helper()
+	call()
+	before := trips.Load()
+	call()
+	return trips.Load() - before
+}
+
+// TestOneTripIsOneImplicitTransaction pins what oneTrip relies on: a
+// pipeline without BEGIN, ending in one Sync, is one round trip and one
+// implicit transaction: set_config(..., true) holds for the statements
+// after it and ends with it; a statement that fails undoes those before
+// it; without a failure all of it commits.
+func TestOneTripIsOneImplicitTransaction(t *testing.T) {
+	s, trips, ctx := tripStore(t)
+	fences := pgx.Identifier{s.cfg.schema, "target_fences"}.Sanitize()
+	settings := "SELECT pg_catalog.current_setting('enable_seqscan') || pg_catalog.current_setting('enable_bitmapscan')"
+	var got string
+	read := func(rows pgx.Rows) error { return rows.Scan(&got) }
+
+	n := tripsOf(t, trips, func() {
+		committing, err := s.oneTrip(ctx, []string{grantPrelude}, settings, nil, read)
+		require.NoError(t, err)
+		require.False(t, committing)
+		require.Equal(t, "offoff", got, "the prelude's settings hold for the statement after it")
+	})
+	require.EqualValues(t, 1, n, "prelude and statement in one round trip")
+	require.NoError(t, s.pool.QueryRow(ctx, settings).Scan(&got))
+	require.Equal(t, "onon", got, "the settings ended with the transaction (the pool has one connection)")
+
+	count := func() (n int) {
+		t.Helper()
+		require.NoError(t, s.pool.QueryRow(ctx, "SELECT count(*) FROM "+fences).Scan(&n))
+		return n
+	}
+	insert := []string{"INSERT INTO " + fences + " (target) VALUES ('t')"}
+	divide := "SELECT 1 / $1::int"
+	committing, err := s.oneTrip(ctx, insert, divide, []any{0}, func(pgx.Rows) error { return nil })
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "22012", pgErr.Code)
+	require.False(t, committing, "a statement that failed: nothing committed, and the store knows it")
+	require.Zero(t, count(), "the failure undid the insert before it")
+	require.Equal(t, byte('I'), txStatus(ctx, t, s), "and no transaction is left open")
+
+	committing, err = s.oneTrip(ctx, insert, divide, []any{1}, func(pgx.Rows) error { return nil })
+	require.NoError(t, err)
+	require.False(t, committing)
+	require.Equal(t, 1, count(), "without a failure the pipeline committed")
+	require.Equal(t, byte('I'), txStatus(ctx, t, s))
+}
+
+// txStatus returns the transaction status of the pool's connection.
+func txStatus(ctx context.Context, t *testing.T, s *Store) byte {
+	t.Helper()
+	pc, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer pc.Release()
+	return pc.Conn().PgConn().TxStatus()
+}
+
+// TestOneTripClaimThatFailsCommitsNothing: a claim whose statement fails
+// in the server (here a trigger on its history refuses the entries)
+// answers that error, not an unknown outcome, and no entry is claimed.
+func TestOneTripClaimThatFailsCommitsNothing(t *testing.T) {
+	s, _, ctx := tripStore(t)
+	o := s.Outbox()
+	_, err := o.EnqueueBatch(ctx, []ledger.Envelope{{Provider: "p", Kind: "k", IdempotencyKey: "a"}, {Provider: "p", Kind: "k", IdempotencyKey: "b"}})
+	require.NoError(t, err)
+	schema := pgx.Identifier{s.cfg.schema}.Sanitize()
+	for _, sql := range []string{
+		`CREATE FUNCTION ` + schema + `.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+		`CREATE TRIGGER refuse AFTER INSERT ON ` + schema + `.outbox_entry_history FOR EACH ROW EXECUTE FUNCTION ` + schema + `.refuse()`,
+	} {
+		_, err := s.pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	cs, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 10})
+	require.Empty(t, cs)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "P0001", pgErr.Code)
+	pending, err := o.FindPending(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, pending, 2)
+	for _, e := range pending {
+		require.Nil(t, e.Claim, "%s: nothing was claimed", e.ID)
+	}
+	require.Equal(t, byte('I'), txStatus(ctx, t, s))
+}
+
+// TestTripOutcome pins how oneTrip classifies a failure of its implicit
+// transaction.
+func TestTripOutcome(t *testing.T) {
+	failedStmt := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "23505", Message: "duplicate key"}
+	pooler := &pgconn.PgError{Severity: "ERROR", Code: "08P01", Message: "server conn crashed?"}
+	fatal := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection"}
+	refused := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "40001", Message: "could not serialize access"}
+	lost := io.ErrUnexpectedEOF
+	scanFailed := errors.New("a row the client could not take")
+	for _, c := range []struct {
+		name                 string
+		failed, err, cerr    error
+		wantUnknown, wantErr bool
+	}{
+		{name: "committed"},
+		{name: "a statement failed", failed: failedStmt, wantErr: true},
+		{name: "a statement failed, and the end too", failed: failedStmt, cerr: lost, wantErr: true},
+		{name: "the connection lost while the answers were read", err: lost, wantUnknown: true, wantErr: true},
+		{name: "a row the client could not take: the server commits anyway", err: scanFailed, wantUnknown: true, wantErr: true},
+		{name: "every answer read, the end lost", cerr: lost, wantUnknown: true, wantErr: true},
+		{name: "every answer read, the commit refused", cerr: refused, wantErr: true},
+		{name: "every answer read, the session ended", cerr: fatal, wantUnknown: true, wantErr: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			unknown, err := tripOutcome(c.failed, c.err, c.cerr)
+			assert.Equal(t, c.wantUnknown, unknown, "outcome unknown")
+			if c.wantErr {
+				assert.Error(t, err)
+			} else {
+				assert.NoError(t, err)
+			}
+		})
+	}
+	// What readTrip takes for a statement's failure.
+	assert.True(t, failedStatement(failedStmt))
+	assert.True(t, failedStatement(refused))
+	assert.False(t, failedStatement(pooler), "a pooler's lost link: the server may have committed")
+	assert.False(t, failedStatement(fatal), "a FATAL may come from a pooler, or after the commit")
+	assert.False(t, failedStatement(lost))
+}
+
+// TestClaimIsOneRoundTrip counts what a claim sends once its statements
+// are prepared.
+func TestClaimIsOneRoundTrip(t *testing.T) {
+	s, trips, ctx := tripStore(t)
+	o := s.Outbox()
+	envs := make([]ledger.Envelope, 10)
+	for i := range envs {
+		envs[i] = ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: string(rune('a' + i))}
+	}
+	_, err := o.EnqueueBatch(ctx, envs)
+	require.NoError(t, err)
+	for name, claim := range map[string]func(context.Context, ledger.ClaimRequest) ([]ledger.ClaimedEntry, error){
+		"ClaimPending": o.ClaimPending, "ClaimRetryReady": o.ClaimRetryReady, "ClaimDue": o.ClaimDue,
+	} {
+		n := tripsOf(t, trips, func() {
+			_, err := claim(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: 2})
+			require.NoError(t, err)
+		})
+		require.EqualValues(t, 1, n, name)
+	}
+}
