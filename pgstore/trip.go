@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,13 +22,19 @@ import (
 // and "Pipelining"). TestOneTripIsOneImplicitTransaction pins this.
 //
 // The Sync goes with the statements, so the server commits whatever the
-// client does meanwhile: a call given up while its statement waits (its
-// context done, its connection closed) may still commit, and is then
-// unknown, like a lost COMMIT. tripOutcome says what each failure means.
+// client does meanwhile. A call given up while its statement waits (its
+// context done) therefore does not drop the connection, which would let
+// the statement run on and commit unheard: it asks the server to cancel
+// the statement (a cancel request, as psql's Ctrl-C) and reads the
+// answer, which says whether the transaction committed (the statement
+// had finished) or not (it was cancelled). Only when no answer comes
+// within tripCancelWait is the connection dropped, and the outcome
+// unknown. A connection that was sent a cancel request is closed after
+// the call: a cancel that arrives late would hit the next statement.
 //
 // committing reports that the outcome is unknown: the statements were
-// sent and no answer came that says what became of them. Otherwise an
-// error means nothing was committed.
+// sent and no answer came that says what became of them (tripOutcome).
+// Otherwise an error means nothing was committed.
 func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -36,16 +43,47 @@ func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, arg
 	// A connection whose answers were not all read is closed by the
 	// driver; the pool then drops it.
 	defer pc.Release()
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	conn := pc.Conn()
+	tctx, endTrip := context.WithCancel(context.WithoutCancel(ctx))
+	defer endTrip()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		wctx, cancel := context.WithTimeout(tctx, tripCancelWait)
+		defer cancel()
+		_ = conn.PgConn().CancelRequest(wctx)
+		<-wctx.Done()
+		endTrip() // no answer in time: the driver drops the connection
+	})
 	b := &pgx.Batch{}
 	for _, p := range prelude {
 		b.Queue(p)
 	}
 	b.Queue(query, args...)
-	br := pc.Conn().SendBatch(ctx, b)
+	br := conn.SendBatch(tctx, b)
 	failed, err := readTrip(br, len(prelude), scan)
 	cerr := br.Close()
+	endTrip()
+	if !stop() {
+		<-cancelled
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tripCancelWait)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}
 	return tripOutcome(failed, err, cerr)
 }
+
+// tripCancelWait bounds how long oneTrip waits, once its context is done,
+// for the answer to its cancel request, and how long it spends closing
+// the connection after.
+const tripCancelWait = 5 * time.Second
+
+// rollbackTimeout bounds a ROLLBACK sent after a failure, when the
+// caller's context may be done and the connection may be gone.
+const rollbackTimeout = 5 * time.Second
 
 // tripOutcome classifies how oneTrip's implicit transaction ended:
 // failed is the error a statement answered with, err any other error
@@ -60,9 +98,10 @@ func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, arg
 //   - The request never went out (pgconn.SafeToRetry): nothing was
 //     committed.
 //   - Any other error while the answers were read (the connection lost,
-//     the context done, a row the client could not take): the server
-//     reads on to the Sync and commits without the client, so the
-//     outcome is unknown, even when the rest was read.
+//     or dropped when a cancel request went unanswered; a row the client
+//     could not take): the server reads on to the Sync and commits
+//     without the client, so the outcome is unknown, even when the rest
+//     was read.
 //   - Every answer read, and the end failed: as an error at COMMIT
 //     (commitOutcome): a refused commit committed nothing, anything
 //     else is unknown.
