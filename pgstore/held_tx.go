@@ -428,14 +428,14 @@ func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[st
 	}
 	for n := 0; ; n++ {
 		written := map[string]bool{}
-		committing, err := s.oneTrip(ctx, nil, sql, args, func(rows pgx.Rows) error {
+		committing, err := s.oneTrip(ctx, []tripStatement{{sql: sql, args: args, scan: func(rows pgx.Rows) error {
 			var id string
 			if err := rows.Scan(&id); err != nil {
 				return err
 			}
 			written[id] = true
 			return nil
-		})
+		}}})
 		if err == nil {
 			return written, nil
 		}

@@ -10,11 +10,18 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// oneTrip runs query as a transaction of its own on a connection of the
-// pool, in one round trip: the prelude statements (set_config(..., true)
-// and the like, which end with the transaction) and query go as one
-// pipeline that ends in a single Sync, calling scan for every row query
-// returns. Without a BEGIN, PostgreSQL runs such a pipeline as one
+// tripStatement is one statement of a one-trip transaction; scan, when
+// not nil, is called for every row it returns.
+type tripStatement struct {
+	sql  string
+	args []any
+	scan func(pgx.Rows) error
+}
+
+// oneTrip runs stmts as a transaction of its own on a connection of the
+// pool, in one round trip: the statements (set_config(..., true) and the
+// like first, which end with the transaction) go as one pipeline that
+// ends in a single Sync. Without a BEGIN, PostgreSQL runs such a pipeline as one
 // implicit transaction: the settings last until its end, an error in any
 // statement skips the rest and rolls the whole back, and the server
 // commits it when it reaches the Sync, before it answers ReadyForQuery
@@ -35,7 +42,7 @@ import (
 // committing reports that the outcome is unknown: the statements were
 // sent and no answer came that says what became of them (tripOutcome).
 // Otherwise an error means nothing was committed.
-func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
+func (s *Store) oneTrip(ctx context.Context, stmts []tripStatement) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -59,12 +66,11 @@ func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, arg
 		endTrip() // no answer in time: the driver drops the connection
 	})
 	b := &pgx.Batch{}
-	for _, p := range prelude {
-		b.Queue(p)
+	for _, st := range stmts {
+		b.Queue(st.sql, st.args...)
 	}
-	b.Queue(query, args...)
 	br := conn.SendBatch(tctx, b)
-	failed, err := readTrip(br, len(prelude), scan)
+	failed, err := readTrip(br, stmts)
 	cerr := br.Close()
 	endTrip()
 	if !stop() {
@@ -202,40 +208,46 @@ var refusedCodes = map[string]bool{sqlstateSerializationFailure: true, sqlstateD
 
 // readTrip reads the results of the batch oneTrip sends. failed is the
 // error a statement answered with (failedStatement); err is any other.
-func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) (failed, err error) {
+func readTrip(br pgx.BatchResults, stmts []tripStatement) (failed, err error) {
 	split := func(err error) (error, error) {
 		if failedStatement(err) {
 			return err, nil
 		}
 		return nil, err
 	}
-	for range prelude {
-		if _, err := br.Exec(); err != nil {
+	for _, st := range stmts {
+		if st.scan == nil {
+			if _, err := br.Exec(); err != nil {
+				return split(err)
+			}
+			continue
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return split(err)
+		}
+		for rows.Next() {
+			if err := st.scan(rows); err != nil {
+				rows.Close()
+				return nil, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return split(err)
 		}
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return split(err)
-	}
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			rows.Close()
-			return nil, err
-		}
-	}
-	rows.Close()
-	return split(rows.Err())
+	return nil, nil
 }
 
 // trip runs oneTrip, retrying it like inTx after an error that is safe
 // to retry; reset clears what scan collected before each attempt. The
 // error is wrapped with op; when the outcome of the commit is unknown it
 // says so.
-func (s *Store) trip(ctx context.Context, op string, prelude []string, query string, args []any, reset func(), scan func(pgx.Rows) error) error {
+func (s *Store) trip(ctx context.Context, op string, stmts []tripStatement, reset func()) error {
 	for n := 0; ; n++ {
 		reset()
-		committing, err := s.oneTrip(ctx, prelude, query, args, scan)
+		committing, err := s.oneTrip(ctx, stmts)
 		if err == nil {
 			return nil
 		}

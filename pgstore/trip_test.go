@@ -101,7 +101,7 @@ func TestOneTripIsOneImplicitTransaction(t *testing.T) {
 	read := func(rows pgx.Rows) error { return rows.Scan(&got) }
 
 	n := tripsOf(t, trips, func() {
-		committing, err := s.oneTrip(ctx, []string{grantPrelude}, settings, nil, read)
+		committing, err := s.oneTrip(ctx, []tripStatement{{sql: grantPrelude}, {sql: settings, scan: read}})
 		require.NoError(t, err)
 		require.False(t, committing)
 		require.Equal(t, "offoff", got, "the prelude's settings hold for the statement after it")
@@ -115,9 +115,11 @@ func TestOneTripIsOneImplicitTransaction(t *testing.T) {
 		require.NoError(t, s.pool.QueryRow(ctx, "SELECT count(*) FROM "+fences).Scan(&n))
 		return n
 	}
-	insert := []string{"INSERT INTO " + fences + " (target) VALUES ('t')"}
-	divide := "SELECT 1 / $1::int"
-	committing, err := s.oneTrip(ctx, insert, divide, []any{0}, func(pgx.Rows) error { return nil })
+	trip := func(divisor int) []tripStatement {
+		return []tripStatement{{sql: "INSERT INTO " + fences + " (target) VALUES ('t')"},
+			{sql: "SELECT 1 / $1::int", args: []any{divisor}, scan: func(pgx.Rows) error { return nil }}}
+	}
+	committing, err := s.oneTrip(ctx, trip(0))
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "22012", pgErr.Code)
@@ -125,7 +127,7 @@ func TestOneTripIsOneImplicitTransaction(t *testing.T) {
 	require.Zero(t, count(), "the failure undid the insert before it")
 	require.Equal(t, byte('I'), txStatus(ctx, t, s), "and no transaction is left open")
 
-	committing, err = s.oneTrip(ctx, insert, divide, []any{1}, func(pgx.Rows) error { return nil })
+	committing, err = s.oneTrip(ctx, trip(1))
 	require.NoError(t, err)
 	require.False(t, committing)
 	require.Equal(t, 1, count(), "without a failure the pipeline committed")
@@ -232,4 +234,42 @@ func TestClaimIsOneRoundTrip(t *testing.T) {
 		})
 		require.EqualValues(t, 1, n, name)
 	}
+}
+
+// TestLeaseIsOneRoundTrip counts what a Lease sends once its statements
+// are prepared: one round trip while its agent holds no leases under
+// other incarnations; after a restart (a new incarnation) the one trip
+// grants nothing, and the call takes the old leases back and grants in a
+// transaction of its own.
+func TestLeaseIsOneRoundTrip(t *testing.T) {
+	s, trips, ctx := tripStore(t)
+	reqs := make([]ledger.EnqueueRequest, 10)
+	for i := range reqs {
+		reqs[i] = ledger.EnqueueRequest{ID: ledger.DeliveryID(string(rune('a' + i))), Target: "host"}
+	}
+	_, err := s.EnqueueBatch(ctx, reqs, groupT0)
+	require.NoError(t, err)
+	first := ledger.Owner{Agent: "agent", Incarnation: "boot-1"}
+	var held []ledger.DeliveryID
+	n := tripsOf(t, trips, func() {
+		r, err := s.Lease(ctx, ledger.LeaseFilter{}, first, groupT0, time.Hour, 2)
+		require.NoError(t, err)
+		require.Len(t, r.Leased, 2)
+		require.Empty(t, r.Reclaimed)
+		for _, l := range r.Leased {
+			held = append(held, l.Delivery.ID)
+		}
+	})
+	require.EqualValues(t, 1, n, "Lease")
+	n = tripsOf(t, trips, func() {
+		_, err := s.Lease(ctx, ledger.LeaseFilter{Targets: []ledger.Target{"host"}}, first, groupT0, time.Hour, 1)
+		require.NoError(t, err)
+	})
+	require.EqualValues(t, 1, n, "Lease by targets")
+
+	r, err := s.Lease(ctx, ledger.LeaseFilter{}, ledger.Owner{Agent: "agent", Incarnation: "boot-2"}, groupT0, time.Hour, 1)
+	require.NoError(t, err)
+	require.Len(t, r.Reclaimed, 6, "the new incarnation took every lease of the old one back")
+	require.Subset(t, r.Reclaimed, held)
+	require.Len(t, r.Leased, 1, "and was granted")
 }
