@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -272,4 +274,55 @@ func TestLeaseIsOneRoundTrip(t *testing.T) {
 	require.Len(t, r.Reclaimed, 6, "the new incarnation took every lease of the old one back")
 	require.Subset(t, r.Reclaimed, held)
 	require.Len(t, r.Leased, 1, "and was granted")
+}
+
+// TestGroupRoundTrips counts what a group of completions sends once its
+// statements are prepared: on records the store holds (its own grants),
+// one round trip (the held write); on others, two: BEGIN with the
+// locking read, then the write-back, the count changes and COMMIT.
+func TestGroupRoundTrips(t *testing.T) {
+	const calls = 4
+	for _, held := range []bool{true, false} {
+		s, trips, ctx := tripStore(t)
+		round := 0
+		group := func() {
+			round++
+			ids := make([]ledger.DeliveryID, calls)
+			for i := range ids {
+				ids[i] = ledger.DeliveryID(fmt.Sprintf("r%d-%d", round, i))
+			}
+			leases := leasedDeliveries(ctx, t, s, ids...)
+			if !held {
+				for _, id := range ids {
+					s.held.deliveries.cache.drop(string(id))
+				}
+			}
+			fixGroups(s, calls)
+			before := trips.Load()
+			var wg sync.WaitGroup
+			errs := make([]error, calls)
+			for i, id := range ids {
+				wg.Go(func() {
+					var r ledger.DeliveryResult
+					if r, errs[i] = s.Acknowledge(ctx, leases[id], "seen", groupT0); errs[i] == nil && !r.Applied() {
+						errs[i] = fmt.Errorf("%s: %s", id, r.Outcome)
+					}
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			if round > 1 {
+				require.EqualValues(t, 1, s.groups.deliveries.groupsRun.Load()-int64(round-1), "one group of every call")
+				want := 2
+				if held {
+					want = 1
+				}
+				require.EqualValues(t, want, trips.Load()-before, "held: %v", held)
+			}
+		}
+		group() // prepares the statements
+		group()
+	}
 }
