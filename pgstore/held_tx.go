@@ -12,10 +12,10 @@ import (
 
 // This file writes the transitions decided on held records (held.go): a
 // group of them, or a single call, is one statement, a transaction of its
-// own in one round trip (oneTrip). The statement updates the rows still at the
-// held version and token, and writes the history entries and count
-// changes of exactly those rows; the calls whose row moved on are decided
-// again the ordinary way.
+// own in one round trip (oneTrip). The statement updates the rows still
+// at the held version and token, and writes the history entries and
+// count changes of exactly those rows; the calls whose row moved on are
+// decided again the ordinary way.
 
 // heldTail is what the held write of one kind of record names beside its
 // table: the column holding the token in force, the history table, and
