@@ -100,6 +100,12 @@ func (c *cutConn) Write(p []byte) (int, error) {
 		}
 	case cutAfter:
 		if executes {
+			// Cut before the write: the driver may read the answer on
+			// another goroutine while it writes (pgconn's background
+			// reader), and an answer read before the cut would tell it
+			// that the request succeeded on a connection the test then
+			// treats as lost.
+			c.cut.Store(true)
 			n, err := c.Conn.Write(p)
 			c.lose()
 			// The server reads what was sent, then finds its client gone.
@@ -120,7 +126,8 @@ func (c *cutConn) Read(p []byte) (int, error) {
 		return c.readCut(p)
 	}
 	n, err := c.Conn.Read(p)
-	if err != nil && c.cut.Load() {
+	if c.cut.Load() {
+		// Cut while the read waited: what it read is never seen.
 		return c.readCut(p)
 	}
 	return n, err
