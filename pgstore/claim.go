@@ -254,7 +254,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 			return len(out) > 0, nil
 		})
 	} else if err = s.claims.enter(ctx); err == nil {
-		err = s.trip(ctx, op, []string{grantPrelude}, query, args, func() { out = nil }, scan)
+		err = s.trip(ctx, op, []tripStatement{{sql: grantPrelude}, {sql: query, args: args, scan: scan}}, func() { out = nil })
 		s.claims.leave()
 	} else {
 		err = wrap(ctx, op, err)

@@ -56,6 +56,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest, 
 // never get the same delivery. Leased comes oldest AvailableAt first,
 // then by ID; Reclaimed in ID order.
 //
+// When the agent holds no leases under other incarnations, as it does but
+// after a restart, the call is one round trip (leaseTrip).
+//
 // The reclaims that end deliveries (their attempts used up) change the
 // terminal counts; those rows are written last, with the history of the
 // grants, after every row lock the call waits for: a count row held while
@@ -77,8 +80,64 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		defer s.leases.leave()
 	}
 	var res ledger.LeaseResult
-	err = s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
-		res = ledger.LeaseResult{}
+	done := false
+	if !s.callerTx {
+		if res.Leased, done, err = s.leaseTrip(ctx, filter, owner, now, duration, limit); err != nil {
+			return ledger.LeaseResult{}, err
+		}
+	}
+	if !done {
+		err = s.leaseTx(ctx, filter, owner, now, duration, limit, &res)
+	}
+	if err != nil {
+		return ledger.LeaseResult{}, err
+	}
+	if s.held != nil {
+		for _, id := range res.Reclaimed {
+			s.held.deliveries.cache.drop(string(id))
+		}
+		for _, l := range res.Leased {
+			s.held.keepDelivery(l.Delivery.Clone())
+		}
+	}
+	return leaseOut(res, nil)
+}
+
+// leaseTrip is Lease in one round trip (oneTrip): the agent's lock, the
+// read of its leases under other incarnations (the incarnation rule's)
+// and the grant go in one pipeline, one implicit transaction. The grant
+// grants nothing while the agent has such leases (reclaimFirst); done is
+// false when it had, and Lease then takes them back and grants in
+// leaseTx.
+func (s *Store) leaseTrip(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (
+	_ []ledger.LeasedDelivery, done bool, _ error) {
+	sql, args := s.leaseStatement(filter, owner, now, duration, limit)
+	var others int
+	var out []ledger.LeasedDelivery
+	err := s.trip(ctx, "lease", []tripStatement{
+		{sql: grantPrelude},
+		{sql: s.q.advisoryXL, args: []any{agentLockKey(s.cfg.schema, owner.Agent)}},
+		{sql: s.q.reclaimable, args: []any{"", sweepBatchSize, owner.Agent, owner.Incarnation}, scan: func(pgx.Rows) error {
+			others++
+			return nil
+		}},
+		{sql: sql, args: args, scan: leaseScanner(&out)},
+	}, func() { others, out = 0, nil })
+	if err != nil {
+		return nil, false, err
+	}
+	// A grant beside leases to take back cannot be (reclaimFirst); were
+	// it made, it is answered rather than lost.
+	return out, others == 0 || len(out) > 0, nil
+}
+
+// leaseTx is Lease in a transaction of several round trips, or a
+// savepoint of the caller's: the incarnation rule's reclaims, then the
+// grant, filling res.
+func (s *Store) leaseTx(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int,
+	res *ledger.LeaseResult) error {
+	return s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
+		*res = ledger.LeaseResult{}
 		// Lease calls of one agent take turns, so that of two overlapping
 		// calls by different incarnations the later one sees, and takes
 		// back, what the earlier one granted: the incarnation rule then
@@ -119,18 +178,6 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		res.Leased = leased
 		return res.Applied(), nil
 	})
-	if err != nil {
-		return ledger.LeaseResult{}, err
-	}
-	if s.held != nil {
-		for _, id := range res.Reclaimed {
-			s.held.deliveries.cache.drop(string(id))
-		}
-		for _, l := range res.Leased {
-			s.held.keepDelivery(l.Delivery.Clone())
-		}
-	}
-	return leaseOut(res, nil)
 }
 
 // grant runs the lease statement (leaseTemplate: storekit.Delivery.Grant in
@@ -139,6 +186,34 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 // counts (grants change none), and returns the grants in delivery order.
 func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int,
 	counts deliveryCounts) ([]ledger.LeasedDelivery, error) {
+	sql, args := s.leaseStatement(filter, owner, now, duration, limit)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.LeasedDelivery
+	scan := leaseScanner(&out)
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close() // before the next statement on tx
+	b := &pgx.Batch{}
+	counts.queue(b, s.q, false)
+	if _, err := execBatch(ctx, tx, b); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// leaseStatement returns the lease statement for filter and its
+// arguments, with limit fresh tokens.
+func (s *Store) leaseStatement(filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (string, []any) {
 	tokens := make([]string, limit)
 	for i := range tokens {
 		tokens[i] = string(storekit.NewToken())
@@ -157,34 +232,25 @@ func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter,
 	if byCeremony {
 		args = append(args, string(filter.Ceremony))
 	}
-	rows, err := tx.Query(ctx, s.q.lease[b2i(byTargets)][b2i(byCeremony)], args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ledger.LeasedDelivery
+	return s.q.lease[b2i(byTargets)][b2i(byCeremony)], args
+}
+
+// leaseScanner returns the scan of the lease statement's rows, which
+// appends each grant to out.
+func leaseScanner(out *[]ledger.LeasedDelivery) func(pgx.Rows) error {
 	var r deliveryRow
 	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
-	for rows.Next() {
+	return func(rows pgx.Rows) error {
 		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
+			return err
 		}
 		d := r.delivery()
 		if d.Lease == nil {
-			return nil, errRowChanged
+			return errRowChanged
 		}
-		out = append(out, ledger.LeasedDelivery{Lease: *d.Lease, Delivery: d})
+		*out = append(*out, ledger.LeasedDelivery{Lease: *d.Lease, Delivery: d})
+		return nil
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows.Close() // before the next statement on tx
-	b := &pgx.Batch{}
-	counts.queue(b, s.q, false)
-	if _, err := execBatch(ctx, tx, b); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // grantProbe applies storekit.Delivery.Grant to a Leased delivery whose

@@ -15,7 +15,8 @@ import (
 )
 
 // This file is Enqueue and EnqueueBatch of both contracts. One call is
-// one transaction: it reads which of its IDs are taken (with, for a batch
+// one transaction (in three round trips on the store's own: see
+// enqueue_tx.go): it reads which of its IDs are taken (with, for a batch
 // of outbox entries, the enqueue order it reserves), copies the new
 // records in with COPY, in ID order, and answers every request against
 // the record its ID holds. COPY writes a batch's rows a page at a time
@@ -89,7 +90,8 @@ func citusLostCopy(err error, table string) bool {
 }
 
 // enqueueOnce runs attempt, in a transaction of its own or a savepoint of
-// the caller's, again while it loses an ID to a concurrent enqueue.
+// the caller's, again while it loses an ID to a concurrent enqueue: a
+// redrive's enqueue (runEnqueue is the enqueues' own).
 func (s *Store) enqueueOnce(ctx context.Context, op string, attempt txFunc) error {
 	for n := 0; ; n++ {
 		err := s.inTx(ctx, op, attempt)
@@ -126,15 +128,17 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 	slices.Sort(ids)
 	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), metadataColumn, "creation_implied")
 	var results []ledger.DeliveryResult
-	err := s.enqueueOnce(ctx, op, func(tx pgx.Tx) (bool, error) {
-		rows, err := tx.Query(ctx, s.q.deliveriesByID, ids)
+	var existing []ledger.Delivery
+	err := s.runEnqueue(ctx, op, ChannelDeliveries, enqueueSteps{queue: func(b *pgx.Batch) {
+		b.Queue(s.q.deliveriesByID, ids)
+	}, read: func(br pgx.BatchResults) error {
+		rows, err := br.Query()
 		if err != nil {
-			return false, err
+			return err
 		}
-		existing, err := collectDeliveries(rows)
-		if err != nil {
-			return false, err
-		}
+		existing, err = collectDeliveries(rows)
+		return err
+	}, write: func(tx pgx.Tx) (bool, error) {
 		held := make(map[ledger.DeliveryID]ledger.Delivery, len(existing))
 		for _, d := range existing {
 			held[d.ID] = d
@@ -163,6 +167,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		}
 		var abandoned map[ledger.Target][]ledger.Delivery
 		if s.cfg.bounds.Any() && fresh > 0 {
+			var err error
 			if abandoned, err = s.boundEnqueued(ctx, tx, ids, held, records, now); err != nil {
 				return false, err
 			}
@@ -180,8 +185,8 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		if abandoned != nil {
 			reportAbandoned(reqs, results, abandoned)
 		}
-		return s.notifyInserted(ctx, tx, ChannelDeliveries, fresh > 0)
-	})
+		return fresh > 0, nil
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -215,16 +220,17 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		columns = append(columns, "enqueue_seq")
 	}
 	var results []ledger.OutboxResult
-	err := s.enqueueOnce(ctx, op, func(tx pgx.Tx) (bool, error) {
-		b := &pgx.Batch{}
+	var existing []ledger.OutboxEntry
+	var vals []int64
+	err := s.runEnqueue(ctx, op, ChannelOutbox, enqueueSteps{queue: func(b *pgx.Batch) {
 		b.Queue(s.q.entriesByID, ids)
 		if len(order) > 1 {
 			b.Queue(s.q.reserveEnqueueSeqs, s.q.enqueueSeqName, len(order))
 		}
-		existing, vals, err := readTakenAndSeqs(ctx, tx, b)
-		if err != nil {
-			return false, err
-		}
+	}, read: func(br pgx.BatchResults) (err error) {
+		existing, vals, err = readTakenAndSeqs(br, len(order) > 1)
+		return err
+	}, write: func(tx pgx.Tx) (bool, error) {
 		held := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(existing))
 		for _, e := range existing {
 			held[e.ID] = e
@@ -266,24 +272,18 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e.Clone()}
 			held[id] = e
 		}
-		return s.notifyInserted(ctx, tx, ChannelOutbox, fresh > 0)
-	})
+		return fresh > 0, nil
+	}})
 	if err != nil {
 		return nil, err
 	}
 	return results, nil
 }
 
-// readTakenAndSeqs sends b, the read of the entries whose IDs are taken
-// and, for a batch, the reservation of its enqueue_seq values, in one
-// round trip, and returns what they read.
-func readTakenAndSeqs(ctx context.Context, tx pgx.Tx, b *pgx.Batch) (_ []ledger.OutboxEntry, vals []int64, err error) {
-	br := tx.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
+// readTakenAndSeqs reads the results of the read of the entries whose
+// IDs are taken and, for a batch (seqs), of the reservation of its
+// enqueue_seq values, which go in one round trip.
+func readTakenAndSeqs(br pgx.BatchResults, seqs bool) (_ []ledger.OutboxEntry, vals []int64, err error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, err
@@ -292,7 +292,7 @@ func readTakenAndSeqs(ctx context.Context, tx pgx.Tx, b *pgx.Batch) (_ []ledger.
 	if err != nil {
 		return nil, nil, err
 	}
-	if b.Len() > 1 {
+	if seqs {
 		rows, err := br.Query()
 		if err != nil {
 			return nil, nil, err

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // This file writes the records a group changed back in one statement:
@@ -43,11 +42,19 @@ func newBulkTable(table string, cols []column) *bulkTable {
 }
 
 // statement returns the UPDATE of the columns in mask (bit j: column j):
-// $1 the IDs, $2 the versions read under the rows' locks, then one array
-// per column in mask, in column order. A row whose version moved is not
-// written, which the caller tells by the rows affected. The rows are
-// found from the arrays through the primary key (unnestIDs says why),
-// whatever the planner believes of the table's size.
+// $1 the IDs, each once, $2 the versions read under the rows' locks,
+// then one array per column in mask, in column order. The rows are found
+// from the arrays through the primary key (unnestIDs says why), whatever
+// the planner believes of the table's size.
+//
+// A row whose version moved under its lock is not written, and that is a
+// bug (or someone editing the table by hand): the statement then fails,
+// and its transaction with it, by dividing by zero, the one error plain
+// SQL raises on demand (a constant 1 / 0 would fail at planning, so the
+// divisor is the comparison of the rows written with the IDs given). The
+// check is the server's, not the client's, because the group's COMMIT
+// goes in the same pipeline (groupAttempt): the client reads the
+// statement's answer only after the server has reached the COMMIT.
 func (t *bulkTable) statement(mask uint64) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -65,9 +72,10 @@ func (t *bulkTable) statement(mask uint64) string {
 		aliases = append(aliases, name)
 		sets = append(sets, name+" = u."+name)
 	}
-	sql := "UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
+	sql := "WITH written AS (UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
 		" FROM " + unnestIDs(params, aliases) +
-		" WHERE t.id = u.id AND t.version = u.read_version"
+		" WHERE t.id = u.id AND t.version = u.read_version RETURNING 1)" +
+		" SELECT 1 / (count(*) = pg_catalog.cardinality($1::text[]))::int FROM written"
 	if len(t.byMask) < maxBulkStatements {
 		t.byMask[mask] = sql
 	}
@@ -100,25 +108,10 @@ func (w *bulkWrite[R]) change(id string, after R) {
 }
 
 // queueChecked adds the UPDATE to w's writes, checked to write every
-// row: a row whose version moved under its lock is a bug, and the
-// transaction is rolled back (errRowChanged).
+// row (see bulkTable.statement).
 func (w *bulkWrite[R]) queueChecked(gw *groupWrites) error {
-	at := gw.b.Len()
-	n, err := w.queue(gw.b)
-	if err != nil {
-		return err
-	}
-	check := gw.check
-	gw.check = func(i int, tag pgconn.CommandTag) error {
-		if i == at && tag.RowsAffected() != int64(n) {
-			return errRowChanged
-		}
-		if check != nil {
-			return check(i, tag)
-		}
-		return nil
-	}
-	return nil
+	_, err := w.queue(gw.b)
+	return err
 }
 
 // queue adds the UPDATE to b and returns how many rows it must write.

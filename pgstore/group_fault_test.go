@@ -82,6 +82,9 @@ type cutConn struct {
 
 	readMu  sync.Mutex // serialises the filtering reads of cutReply
 	in, out []byte     // from the server: an incomplete message; whole messages for the client
+	// completed and failed: since cutReply was set, the server answered
+	// a statement, and answered an error.
+	completed, failed bool
 }
 
 func (c *cutConn) Write(p []byte) (int, error) {
@@ -97,6 +100,12 @@ func (c *cutConn) Write(p []byte) (int, error) {
 		}
 	case cutAfter:
 		if executes {
+			// Cut before the write: the driver may read the answer on
+			// another goroutine while it writes (pgconn's background
+			// reader), and an answer read before the cut would tell it
+			// that the request succeeded on a connection the test then
+			// treats as lost.
+			c.cut.Store(true)
 			n, err := c.Conn.Write(p)
 			c.lose()
 			// The server reads what was sent, then finds its client gone.
@@ -117,7 +126,8 @@ func (c *cutConn) Read(p []byte) (int, error) {
 		return c.readCut(p)
 	}
 	n, err := c.Conn.Read(p)
-	if err != nil && c.cut.Load() {
+	if c.cut.Load() {
+		// Cut while the read waited: what it read is never seen.
 		return c.readCut(p)
 	}
 	return n, err
@@ -157,7 +167,18 @@ func (c *cutConn) readUntilCommit(p []byte) (int, error) {
 			if len(c.in) < size {
 				break
 			}
-			if msg := c.in[:size]; msg[0] == 'C' && string(msg[5:]) == "COMMIT\x00" {
+			msg := c.in[:size]
+			switch {
+			case msg[0] == 'E':
+				c.failed = true
+			case msg[0] == 'C':
+				c.completed = true
+			}
+			// A COMMIT answered; or, for a transaction of one round trip
+			// (oneTrip), its statements answered without an error and the
+			// ReadyForQuery after them, which the server sends once it
+			// committed at the Sync.
+			if msg[0] == 'C' && string(msg[5:]) == "COMMIT\x00" || msg[0] == 'Z' && c.completed && !c.failed {
 				c.landed.Store(true)
 				c.lose()
 				if c.pooler.Load() && c.told.CompareAndSwap(false, true) {
@@ -228,8 +249,17 @@ func (tr *commitTracer) commit(ctx context.Context, conn *pgx.Conn) {
 
 func (tr *commitTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// TraceBatchStart sees the batch that ends a group transaction (its
+// last statement COMMIT) and a transaction of one round trip (oneTrip):
+// a batch sent outside a transaction that does not begin one, which the
+// server commits at its Sync.
 func (tr *commitTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	if q := data.Batch.QueuedQueries; len(q) > 0 && q[len(q)-1].SQL == "COMMIT" {
+	q := data.Batch.QueuedQueries
+	if len(q) == 0 {
+		return ctx
+	}
+	implicit := conn.PgConn().TxStatus() == 'I' && !strings.EqualFold(q[0].SQL, "begin")
+	if implicit || q[len(q)-1].SQL == "COMMIT" {
 		tr.commit(ctx, conn)
 	}
 	return ctx
@@ -393,7 +423,9 @@ func TestGroupCommitConnectionLostAtCommit(t *testing.T) {
 		},
 		// A deferred constraint trigger makes the COMMIT wait on an
 		// advisory lock the test holds; the backend is terminated while
-		// its COMMIT waits there, before the commit record is written.
+		// its commit (its COMMIT, or the Sync that ends a transaction of
+		// one round trip) waits there, before the commit record is
+		// written.
 		"KilledWhileCommitRuns": {
 			prepare: holdCommits,
 			during: func(t *testing.T, f *faultFixture) {
@@ -405,7 +437,7 @@ func TestGroupCommitConnectionLostAtCommit(t *testing.T) {
 					}
 					var waiting bool
 					err := f.admin.QueryRow(f.ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
-						WHERE pid = $1 AND application_name = $2 AND wait_event = 'advisory' AND query = 'COMMIT')`,
+						WHERE pid = $1 AND application_name = $2 AND wait_event = 'advisory')`,
 						int32(pid), f.app).Scan(&waiting)
 					return err == nil && waiting
 				}, 30*time.Second, 5*time.Millisecond, "the group's COMMIT never waited in its deferred trigger")

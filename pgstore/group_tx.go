@@ -162,14 +162,12 @@ func (o *Outbox) completeClaimSingle(ctx context.Context, c entryCompletion) (le
 }
 
 // groupWrites is what a group transaction writes once it has decided:
-// the write-back, sent and checked first, and then the count changes,
-// sent together with COMMIT. Count rows are the rows concurrent groups
-// share (a few per target), so they are taken last and held only for the
-// commit, not for a round trip more.
+// the write-back (checked by the server, bulkTable.statement) and then
+// the count changes, sent with COMMIT in one round trip. Count rows are
+// the rows concurrent groups share (a few per target), so they are taken
+// last, and held only for the commit.
 type groupWrites struct {
-	b *pgx.Batch
-	// check checks the command tag of statement i of b.
-	check  func(i int, tag pgconn.CommandTag) error
+	b      *pgx.Batch
 	counts *pgx.Batch
 	// settle judges the commit when its outcome is unknown, by reading
 	// one row the group wrote (settle.go): a transaction commits all its
@@ -269,19 +267,25 @@ func (s *Store) groupAttempt(ctx context.Context, decide func(c *groupConn) (*gr
 		_, err := c.Exec(rctx, "ROLLBACK")
 		return false, nil, err
 	}
-	if err := send(ctx, c.Conn, w.b, w.check); err != nil {
-		return false, nil, err
-	}
-	w.counts.Queue("COMMIT")
-	last := w.counts.Len() - 1
+	// One pipeline: nothing in it is checked by the client before the
+	// server reaches COMMIT, so every check is the server's.
+	b := w.b
+	b.QueuedQueries = append(b.QueuedQueries, w.counts.QueuedQueries...)
+	b.Queue("COMMIT")
+	last := b.Len() - 1
 	reached := -1 // the last statement answered without error
-	err = send(ctx, c.Conn, w.counts, func(i int, tag pgconn.CommandTag) error {
+	err = send(ctx, c.Conn, b, func(i int, tag pgconn.CommandTag) error {
 		if i == last && tag.String() != "COMMIT" {
 			return errRolledBack
 		}
 		reached = i
 		return nil
 	})
+	if err != nil && reached < last-1 && failedStatement(err) {
+		// A statement before COMMIT failed: the server skipped the rest,
+		// and the aborted transaction waits for its ROLLBACK.
+		return false, nil, err
+	}
 	committing, err = commitOutcome(err, reached == last)
 	return committing, w.settle, err
 }

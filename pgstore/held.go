@@ -15,8 +15,8 @@ import (
 // decided in Go on the held copy and written back in one statement that
 // applies only when the row is still exactly that copy: its version and
 // its token in force unchanged (see held_tx.go). It needs no locking
-// read, and no round trip of its own: the statement goes with BEGIN and
-// COMMIT.
+// read, and no round trip beside its own: the statement is a transaction
+// of its own, one pipeline committed at its Sync (oneTrip).
 //
 // Why the version and the token together are enough: every applied
 // transition, of any process, bumps the version, so a row at the held

@@ -11,11 +11,11 @@ import (
 )
 
 // This file writes the transitions decided on held records (held.go): a
-// group of them, or a single call, is one statement sent with BEGIN and
-// COMMIT in one round trip. The statement updates the rows still at the
-// held version and token, and writes the history entries and count
-// changes of exactly those rows; the calls whose row moved on are decided
-// again the ordinary way.
+// group of them, or a single call, is one statement, a transaction of its
+// own in one round trip (oneTrip). The statement updates the rows still
+// at the held version and token, and writes the history entries and
+// count changes of exactly those rows; the calls whose row moved on are
+// decided again the ordinary way.
 
 // heldTail is what the held write of one kind of record names beside its
 // table: the column holding the token in force, the history table, and
@@ -428,14 +428,14 @@ func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[st
 	}
 	for n := 0; ; n++ {
 		written := map[string]bool{}
-		committing, err := s.oneTrip(ctx, nil, sql, args, func(rows pgx.Rows) error {
+		committing, err := s.oneTrip(ctx, []tripStatement{{sql: sql, args: args, scan: func(rows pgx.Rows) error {
 			var id string
 			if err := rows.Scan(&id); err != nil {
 				return err
 			}
 			written[id] = true
 			return nil
-		})
+		}}})
 		if err == nil {
 			return written, nil
 		}

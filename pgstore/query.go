@@ -34,6 +34,15 @@ const (
 	// reclaimableWhere: the leases of agent $3 held by another incarnation
 	// than $4, which the incarnation rule takes back.
 	reclaimableWhere = `state = 'leased' AND lease_agent = $3 AND lease_incarnation <> $4`
+	// reclaimFirst (on the deliveries table %[1]s) holds a lease
+	// statement back while agent $4 has leases under another incarnation
+	// than $5 (reclaimableWhere, read on either side of $5 as the
+	// reclaimable statement does): the incarnation rule takes those back
+	// before anything is granted, and Lease's one round trip (leaseTrip),
+	// which sends the grant before it knows, must then grant nothing.
+	// Uncorrelated, each is one probe of deliveries_leased_idx, run once.
+	reclaimFirst = `NOT EXISTS (SELECT FROM %[1]s WHERE state = 'leased' AND lease_agent = $4 AND lease_incarnation < $5)` +
+		` AND NOT EXISTS (SELECT FROM %[1]s WHERE state = 'leased' AND lease_agent = $4 AND lease_incarnation > $5)`
 	// openWhere: every open state.
 	openWhere = `state IN ('offered', 'leased', 'acknowledged')`
 	// supersedableWhere mirrors storekit.Delivery.Supersedable.
@@ -445,7 +454,7 @@ func newQueries(schema string) *queries {
 	statsQueries(q, deliveries, s+".delivery_counts", outbox, s+".outbox_counts")
 	for _, byTargets := range []bool{false, true} {
 		for _, byCeremony := range []bool{false, true} {
-			where, next := offerableWhere, 15
+			where, next := offerableWhere+" AND "+fmt.Sprintf(reclaimFirst, deliveries), 15
 			if byTargets {
 				where += fmt.Sprintf(" AND target = ANY($%d::text[])", next)
 				next++

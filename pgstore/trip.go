@@ -3,73 +3,141 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// rollbackTimeout bounds a ROLLBACK sent after a failure, when the
-// caller's context may be done and the connection may be gone.
-const rollbackTimeout = 5 * time.Second
+// tripStatement is one statement of a one-trip transaction; scan, when
+// not nil, is called for every row it returns.
+type tripStatement struct {
+	sql  string
+	args []any
+	scan func(pgx.Rows) error
+}
 
-// oneTrip runs query as a transaction of its own on a connection of the
-// pool, in two round trips: BEGIN, the prelude statements (SET LOCAL and
-// the like, which end with the transaction) and query together, calling
-// scan for every row query returns; then COMMIT. COMMIT goes on its own
-// so that a call given up while its statement waits (its context
-// cancelled, its connection closed) never commits: a server that finds
-// the connection gone before COMMIT rolls the transaction back.
+// oneTrip runs stmts as a transaction of its own on a connection of the
+// pool, in one round trip: the statements (set_config(..., true) and the
+// like first, which end with the transaction) go as one pipeline that
+// ends in a single Sync. Without a BEGIN, PostgreSQL runs such a pipeline as one
+// implicit transaction: the settings last until its end, an error in any
+// statement skips the rest and rolls the whole back, and the server
+// commits it when it reaches the Sync, before it answers ReadyForQuery
+// (PostgreSQL's documentation, the protocol chapter: "Extended Query"
+// and "Pipelining"). TestOneTripIsOneImplicitTransaction pins this.
 //
-// committing reports that the outcome is unknown: COMMIT was sent and no
-// answer came that says what became of it (see commitOutcome). Otherwise
-// an error means nothing was committed.
-func (s *Store) oneTrip(ctx context.Context, prelude []string, query string, args []any, scan func(pgx.Rows) error) (committing bool, err error) {
+// The Sync goes with the statements, so the server commits whatever the
+// client does meanwhile. A call given up while its statement waits (its
+// context done) therefore does not drop the connection, which would let
+// the statement run on and commit unheard: it asks the server to cancel
+// the statement (a cancel request, as psql's Ctrl-C) and reads the
+// answer, which says whether the transaction committed (the statement
+// had finished) or not (it was cancelled). Only when no answer comes
+// within tripCancelWait is the connection dropped, and the outcome
+// unknown. A connection that was sent a cancel request is closed after
+// the call: a cancel that arrives late would hit the next statement.
+//
+// committing reports that the outcome is unknown: the statements were
+// sent and no answer came that says what became of them (tripOutcome).
+// Otherwise an error means nothing was committed.
+func (s *Store) oneTrip(ctx context.Context, stmts []tripStatement) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
+	// A connection whose answers were not all read is closed by the
+	// driver; the pool then drops it.
 	defer pc.Release()
-	conn := pc.Conn()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	for _, p := range prelude {
-		b.Queue(p)
-	}
-	b.Queue(query, args...)
-	br := conn.SendBatch(ctx, b)
-	err = readTrip(br, len(prelude), scan)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		// An aborted or open transaction block stays open until it is
-		// rolled back; a connection returned to the pool so would fail
-		// its next user (the pool closes one it finds broken).
-		if !conn.IsClosed() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-			defer cancel()
-			_, _ = conn.Exec(rctx, "ROLLBACK")
-		}
+	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	// COMMIT goes as a batch of one, in the extended protocol like every
-	// other statement of the store, so that it is sent and answered the
-	// way a group transaction's is.
-	cb := &pgx.Batch{}
-	cb.Queue("COMMIT")
-	var answered bool
-	err = send(ctx, conn, cb, func(_ int, tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			return errRolledBack
-		}
-		answered = true
-		return nil
+	conn := pc.Conn()
+	tctx, endTrip := context.WithCancel(context.WithoutCancel(ctx))
+	defer endTrip()
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		wctx, cancel := context.WithTimeout(tctx, tripCancelWait)
+		defer cancel()
+		_ = conn.PgConn().CancelRequest(wctx)
+		<-wctx.Done()
+		endTrip() // no answer in time: the driver drops the connection
 	})
-	return commitOutcome(err, answered)
+	b := &pgx.Batch{}
+	for _, st := range stmts {
+		b.Queue(st.sql, st.args...)
+	}
+	br := conn.SendBatch(tctx, b)
+	failed, err := readTrip(br, stmts)
+	cerr := br.Close()
+	endTrip()
+	if !stop() {
+		<-cancelled
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tripCancelWait)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}
+	return tripOutcome(failed, err, cerr)
+}
+
+// tripCancelWait bounds how long oneTrip waits, once its context is done,
+// for the answer to its cancel request, and how long it spends closing
+// the connection after.
+const tripCancelWait = 5 * time.Second
+
+// rollbackTimeout bounds a ROLLBACK sent after a failure, when the
+// caller's context may be done and the connection may be gone.
+const rollbackTimeout = 5 * time.Second
+
+// tripOutcome classifies how oneTrip's implicit transaction ended:
+// failed is the error a statement answered with, err any other error
+// while its answers were read (a scan that failed, a lost connection),
+// and cerr the error of reading the rest up to ReadyForQuery, where the
+// commit happens. It returns committing true when the outcome is
+// unknown, and the error to report, nil when the transaction committed.
+//
+//   - A statement answered an ERROR (failedStatement): the server
+//     aborted the transaction there and rolls it back at the Sync, so
+//     nothing was committed, whatever the rest says.
+//   - The request never went out (pgconn.SafeToRetry): nothing was
+//     committed.
+//   - Any other error while the answers were read (the connection lost,
+//     or dropped when a cancel request went unanswered; a row the client
+//     could not take): the server reads on to the Sync and commits
+//     without the client, so the outcome is unknown, even when the rest
+//     was read.
+//   - Every answer read, and the end failed: as an error at COMMIT
+//     (commitOutcome): a refused commit committed nothing, anything
+//     else is unknown.
+func tripOutcome(failed, err, cerr error) (committing bool, _ error) {
+	switch {
+	case failed != nil:
+		return false, failed
+	case err != nil && pgconn.SafeToRetry(err):
+		return false, err
+	case err != nil:
+		return true, err
+	}
+	return commitOutcome(cerr, false)
+}
+
+// failedStatement reports whether err is the answer of a statement that
+// failed in the server, after which PostgreSQL aborts the transaction:
+// severity ERROR (a FATAL or PANIC may be sent by a pooler, or after the
+// server committed) and not of SQLSTATE class 08, which a pooler sends
+// when its link to the server drops, whatever the server did first.
+func failedStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" { // servers before 9.6 send only the localised one
+		severity = pgErr.Severity
+	}
+	return severity == "ERROR" && !strings.HasPrefix(pgErr.Code, "08")
 }
 
 // commitOutcome classifies how a round trip that carried COMMIT ended,
@@ -138,35 +206,48 @@ func refusedCommit(err error) bool {
 // show that a held write still answers truly (deliveryCompletion.wrote).
 var refusedCodes = map[string]bool{sqlstateSerializationFailure: true, sqlstateDeadlockDetected: true}
 
-// readTrip reads the results of the batch oneTrip sends.
-func readTrip(br pgx.BatchResults, prelude int, scan func(pgx.Rows) error) error {
-	for range 1 + prelude {
-		if _, err := br.Exec(); err != nil {
-			return err
+// readTrip reads the results of the batch oneTrip sends. failed is the
+// error a statement answered with (failedStatement); err is any other.
+func readTrip(br pgx.BatchResults, stmts []tripStatement) (failed, err error) {
+	split := func(err error) (error, error) {
+		if failedStatement(err) {
+			return err, nil
+		}
+		return nil, err
+	}
+	for _, st := range stmts {
+		if st.scan == nil {
+			if _, err := br.Exec(); err != nil {
+				return split(err)
+			}
+			continue
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return split(err)
+		}
+		for rows.Next() {
+			if err := st.scan(rows); err != nil {
+				rows.Close()
+				return nil, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return split(err)
 		}
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			rows.Close()
-			return err
-		}
-	}
-	rows.Close()
-	return rows.Err()
+	return nil, nil
 }
 
 // trip runs oneTrip, retrying it like inTx after an error that is safe
 // to retry; reset clears what scan collected before each attempt. The
 // error is wrapped with op; when the outcome of the commit is unknown it
 // says so.
-func (s *Store) trip(ctx context.Context, op string, prelude []string, query string, args []any, reset func(), scan func(pgx.Rows) error) error {
+func (s *Store) trip(ctx context.Context, op string, stmts []tripStatement, reset func()) error {
 	for n := 0; ; n++ {
 		reset()
-		committing, err := s.oneTrip(ctx, prelude, query, args, scan)
+		committing, err := s.oneTrip(ctx, stmts)
 		if err == nil {
 			return nil
 		}
