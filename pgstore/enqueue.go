@@ -203,8 +203,12 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 	now := ledger.Normalize(s.cfg.clock())
 	records := make(map[ledger.OutboxEntryID]ledger.OutboxEntry, len(envs))
 	var order []ledger.OutboxEntryID // distinct IDs in envelope order
-	for _, env := range envs {
+	// envIDs[i] is envs[i]'s entry ID: a SHA-1 of its key, worked out
+	// once per envelope.
+	envIDs := make([]ledger.OutboxEntryID, len(envs))
+	for i, env := range envs {
 		e := storekit.NewOutboxEntry(env, now)
+		envIDs[i] = e.ID
 		if _, dup := records[e.ID]; !dup {
 			records[e.ID] = e
 			order = append(order, e.ID)
@@ -263,7 +267,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		}
 		results = make([]ledger.OutboxResult, len(envs))
 		for i, env := range envs {
-			id := ledger.OutboxEntryIDFor(env.IdempotencyKey)
+			id := envIDs[i]
 			if e, ok := held[id]; ok {
 				results[i] = ledger.OutboxResult{Outcome: storekit.OutboxEntry(e).EnqueueAgain(env), Entry: e.Clone()}
 				continue
