@@ -11,7 +11,8 @@ import (
 )
 
 // pgBenchLedgers are the variants the PostgreSQL benchmarks compare: one
-// pgstore directly (on the first server), and a shard.Ledger over three
+// pgstore directly (on the first server), a shard.Ledger over that one
+// pgstore (the routing's code alone), and a shard.Ledger over three
 // pgstores on three servers, with the enqueue's ID look-up (the default)
 // and without it.
 var pgBenchLedgers = []struct {
@@ -19,6 +20,15 @@ var pgBenchLedgers = []struct {
 	l    func(b *testing.B) ledger.Ledger
 }{
 	{"direct", func(b *testing.B) ledger.Ledger { return pgStore(b, serverURLs(b)[0]) }},
+	// The routing's own code, without a second store in the process: a
+	// shard.Ledger over the one pgstore.
+	{"sharded-1", func(b *testing.B) ledger.Ledger {
+		l, err := shard.New([]ledger.Ledger{pgStore(b, serverURLs(b)[0])})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}},
 	{"sharded-3", func(b *testing.B) ledger.Ledger { return pgSharded(b) }},
 	{"sharded-3-noidcheck", func(b *testing.B) ledger.Ledger { return pgSharded(b, shard.WithoutIDCheck()) }},
 }
