@@ -129,15 +129,24 @@ func tripOutcome(failed, err, cerr error) (committing bool, _ error) {
 // server committed) and not of SQLSTATE class 08, which a pooler sends
 // when its link to the server drops, whatever the server did first.
 func failedStatement(err error) bool {
+	pgErr, ok := errorResponse(err)
+	return ok && !strings.HasPrefix(pgErr.Code, "08")
+}
+
+// errorResponse returns the server's error response in err when its
+// severity is ERROR, which PostgreSQL sends for a statement (or a
+// COMMIT) it refused; FATAL and PANIC end the session and may come
+// after a commit.
+func errorResponse(err error) (*pgconn.PgError, bool) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
-		return false
+		return nil, false
 	}
 	severity := pgErr.SeverityUnlocalized
 	if severity == "" { // servers before 9.6 send only the localised one
 		severity = pgErr.Severity
 	}
-	return severity == "ERROR" && !strings.HasPrefix(pgErr.Code, "08")
+	return pgErr, severity == "ERROR"
 }
 
 // commitOutcome classifies how a round trip that carried COMMIT ended,
@@ -187,18 +196,8 @@ func commitOutcome(err error, answered bool) (committing bool, _ error) {
 // while COMMIT runs, say) are left unknown rather than reasoned about:
 // settling by reading costs one read, and only on a failure.
 func refusedCommit(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	severity := pgErr.SeverityUnlocalized
-	if severity == "" { // servers before 9.6 send only the localised one
-		severity = pgErr.Severity
-	}
-	if severity != "ERROR" {
-		return false
-	}
-	return refusedCodes[pgErr.Code]
+	pgErr, ok := errorResponse(err)
+	return ok && refusedCodes[pgErr.Code]
 }
 
 // refusedCodes are the SQLSTATE codes refusedCommit accepts (see there
