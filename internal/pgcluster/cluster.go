@@ -17,6 +17,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -239,7 +241,7 @@ func (c *Cluster) Crash() error {
 }
 
 // Kill kills the server with SIGKILL, the postmaster and every backend
-// at once (they share its process group), as the loss of the machine it
+// at once (see crash), as the loss of the machine it
 // runs on would: no backend finishes what it was doing, no WAL is sent to
 // a standby after the kill. The data directory is kept for Restart.
 func (c *Cluster) Kill() error {
@@ -254,8 +256,7 @@ func (c *Cluster) Kill() error {
 	}
 	c.proc = nil
 	defer p.log.Close()
-	// The postmaster leads its own process group (Setpgid in launch).
-	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := crash(p.cmd.Process.Pid); err != nil {
 		return fmt.Errorf("pgcluster: kill: %w", err)
 	}
 	select {
@@ -295,4 +296,52 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	}
 	c.logf("pgcluster: initdb %s took %v", c.dataDir, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// crash kills the postmaster pid and every process it started, at once,
+// as a machine that loses power would. A signal to the postmaster's
+// process group (it leads one: Setpgid in launch) is not enough:
+// PostgreSQL makes each child the leader of a session of its own
+// (InitPostmasterChild calls setsid), so its backends and WAL sender
+// would go on, taking a statement, committing it and streaming it to a
+// standby, until they notice the postmaster is gone. The postmaster is
+// stopped first, so that it starts no child while they are found.
+func crash(pid int) error {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	for _, child := range childrenOf(pid) {
+		_ = syscall.Kill(child, syscall.SIGKILL) // it may have ended meanwhile
+	}
+	return syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and
+		// parentheses, so the fields are read after its last ')'.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +128,57 @@ func TestCrashRestart(t *testing.T) {
 	if got := queryInt(t, c.DSN(), "select count(*) from survivor"); got != 1 {
 		t.Errorf("count = %d after second restart", got)
 	}
+}
+
+// TestKillTakesEveryBackend: a backend busy in a statement that never
+// looks for its postmaster dies with it, as on a machine that lost power.
+// PostgreSQL puts each backend in a session of its own, so a signal to
+// the postmaster's process group alone would leave it running.
+func TestKillTakesEveryBackend(t *testing.T) {
+	t.Parallel()
+	c := start(t, pgcluster.Options{Fast: true})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var pid int
+	if err := conn.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// Minutes of work with no wait in it, so no check of the postmaster.
+	busy := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, "select count(*) from generate_series(1, 10000000000)")
+		busy <- err
+	}()
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// A killed process is gone, or a zombie until its new parent reaps
+	// it; either way it runs no more. Delivery of SIGKILL is
+	// asynchronous, so this waits for it, up to a bound.
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d still runs after Kill", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := <-busy; err == nil {
+		t.Error("the busy statement finished after Kill")
+	}
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(string(stat[i+1:])), "Z")
 }
 
 func TestFind(t *testing.T) {
