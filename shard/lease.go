@@ -246,8 +246,18 @@ func shares(round, left, k, start int) []int {
 		return split(left, k, start)
 	}
 	share := make([]int, k)
-	share[start%k] = left
+	share[position(start, k)] = left
 	return share
+}
+
+// position is start modulo k, never negative: start comes from a
+// counter converted to int, which turns negative once it passes the
+// largest int.
+func position(start, k int) int {
+	if p := start % k; p >= 0 {
+		return p
+	}
+	return start%k + k
 }
 
 // split divides n over k shares as evenly as it can, the remainder going
@@ -258,7 +268,7 @@ func split(n, k, start int) []int {
 		share[j] = n / k
 	}
 	for j := range n % k {
-		share[(start+j)%k]++
+		share[position(start+j, k)]++
 	}
 	return share
 }
