@@ -120,7 +120,7 @@ func (c *cutConn) Write(p []byte) (int, error) {
 
 func (c *cutConn) Read(p []byte) (int, error) {
 	if cutMode(c.mode.Load()) == cutReply {
-		return c.readUntilCommit(p)
+		return c.readUntilCommit(p, nil)
 	}
 	if c.cut.Load() {
 		return c.readCut(p)
@@ -129,6 +129,13 @@ func (c *cutConn) Read(p []byte) (int, error) {
 	if c.cut.Load() {
 		// Cut while the read waited: what it read is never seen.
 		return c.readCut(p)
+	}
+	if n > 0 && cutMode(c.mode.Load()) == cutReply {
+		// The mode was set while this read waited: pgconn's background
+		// reader, started when a write takes over 15 ms (as on a loaded
+		// machine), leaves a Read waiting across requests. What it read
+		// is the answer the mode is about, and goes through the filter.
+		return c.readUntilCommit(p, p[:n])
 	}
 	return n, err
 }
@@ -152,9 +159,12 @@ func (c *cutConn) lose() {
 // readUntilCommit passes the server's messages on, whole, until the
 // server answers COMMIT (a CommandComplete with tag COMMIT): the commit
 // has then landed, and the connection is cut before the answer is read.
-func (c *cutConn) readUntilCommit(p []byte) (int, error) {
+// read is what was already read from the server and not yet filtered.
+func (c *cutConn) readUntilCommit(p, read []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.in = append(c.in, read...)
+	c.filter()
 	buf := make([]byte, 8192)
 	for len(c.out) == 0 {
 		if c.cut.Load() {
@@ -162,33 +172,7 @@ func (c *cutConn) readUntilCommit(p []byte) (int, error) {
 		}
 		n, err := c.Conn.Read(buf)
 		c.in = append(c.in, buf[:n]...)
-		for len(c.in) >= 5 {
-			size := 1 + int(binary.BigEndian.Uint32(c.in[1:5]))
-			if len(c.in) < size {
-				break
-			}
-			msg := c.in[:size]
-			switch {
-			case msg[0] == 'E':
-				c.failed = true
-			case msg[0] == 'C':
-				c.completed = true
-			}
-			// A COMMIT answered; or, for a transaction of one round trip
-			// (oneTrip), its statements answered without an error and the
-			// ReadyForQuery after them, which the server sends once it
-			// committed at the Sync.
-			if msg[0] == 'C' && string(msg[5:]) == "COMMIT\x00" || msg[0] == 'Z' && c.completed && !c.failed {
-				c.landed.Store(true)
-				c.lose()
-				if c.pooler.Load() && c.told.CompareAndSwap(false, true) {
-					c.out = append(c.out, poolerError...)
-				}
-				break
-			}
-			c.out = append(c.out, c.in[:size]...)
-			c.in = c.in[size:]
-		}
+		c.filter()
 		if err != nil && len(c.out) == 0 && !c.cut.Load() {
 			return 0, err
 		}
@@ -196,6 +180,41 @@ func (c *cutConn) readUntilCommit(p []byte) (int, error) {
 	n := copy(p, c.out)
 	c.out = c.out[n:]
 	return n, nil
+}
+
+// filter moves the whole messages of c.in to c.out, up to the answer
+// that says the commit landed, where it cuts the connection.
+func (c *cutConn) filter() {
+	if c.cut.Load() {
+		return
+	}
+	for len(c.in) >= 5 {
+		size := 1 + int(binary.BigEndian.Uint32(c.in[1:5]))
+		if len(c.in) < size {
+			break
+		}
+		msg := c.in[:size]
+		switch {
+		case msg[0] == 'E':
+			c.failed = true
+		case msg[0] == 'C':
+			c.completed = true
+		}
+		// A COMMIT answered; or, for a transaction of one round trip
+		// (oneTrip), its statements answered without an error and the
+		// ReadyForQuery after them, which the server sends once it
+		// committed at the Sync.
+		if msg[0] == 'C' && string(msg[5:]) == "COMMIT\x00" || msg[0] == 'Z' && c.completed && !c.failed {
+			c.landed.Store(true)
+			c.lose()
+			if c.pooler.Load() && c.told.CompareAndSwap(false, true) {
+				c.out = append(c.out, poolerError...)
+			}
+			break
+		}
+		c.out = append(c.out, c.in[:size]...)
+		c.in = c.in[size:]
+	}
 }
 
 // hasMessage reports whether p, whole frontend messages as the driver
