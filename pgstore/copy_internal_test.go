@@ -53,6 +53,13 @@ func TestEnqueueCopyTypes(t *testing.T) {
 		for _, c := range enqueueCopyColumns(cols) {
 			require.Equal(t, columnType(t, table, c.name), canonical(t, written(c)), "%s.%s", table, c.name)
 		}
+		// The enqueue by arrays: the element type of every column's array
+		// is the column's type (array_recv refuses any other).
+		names, oids := enqueueColumns(cols)
+		for i, name := range names {
+			require.NotZero(t, oids[i], "%s.%s has no array form", table, name)
+			require.Equal(t, columnType(t, table, name), canonical(t, sqlTypes[oids[i]]), "%s.%s, by arrays", table, name)
+		}
 		// What the enqueue writes after the row's columns.
 		for name, want := range map[string]string{metadataColumn: "jsonb", "creation_implied": "boolean"} {
 			require.Equal(t, want, columnType(t, table, name), "%s.%s", table, name)

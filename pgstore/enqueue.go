@@ -127,6 +127,15 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 	// other in the same order instead of deadlocking.
 	slices.Sort(ids)
 	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), metadataColumn, "creation_implied")
+	if s.arrayEnqueue(len(ids), s.cfg.bounds.Any()) {
+		taken, err := s.enqueueByArrays(ctx, op, ids, records)
+		if err != nil {
+			return nil, err
+		}
+		if !taken {
+			return s.deliveryResults(reqs, map[ledger.DeliveryID]ledger.Delivery{}, records), nil
+		}
+	}
 	var results []ledger.DeliveryResult
 	var existing []ledger.Delivery
 	err := s.runEnqueue(ctx, op, ChannelDeliveries, enqueueSteps{queue: func(b *pgx.Batch) {
@@ -172,16 +181,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 				return false, err
 			}
 		}
-		results = make([]ledger.DeliveryResult, len(reqs))
-		for i, req := range reqs {
-			if d, ok := held[req.ID]; ok {
-				results[i] = ledger.DeliveryResult{Outcome: storekit.Delivery(d).EnqueueAgain(req, s.cfg.defaults), Delivery: d.Clone()}
-				continue
-			}
-			d := records[req.ID]
-			results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: d.Clone()}
-			held[req.ID] = d // later requests with this ID are judged against it
-		}
+		results = s.deliveryResults(reqs, held, records)
 		if abandoned != nil {
 			reportAbandoned(reqs, results, abandoned)
 		}
@@ -217,6 +217,15 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 	ids := make([]string, len(order))
 	for i, id := range order {
 		ids[i] = string(id)
+	}
+	if s.arrayEnqueue(len(order), false) {
+		taken, err := o.enqueueByArrays(ctx, op, order, records)
+		if err != nil {
+			return nil, err
+		}
+		if !taken {
+			return entryResults(envs, envIDs, map[ledger.OutboxEntryID]ledger.OutboxEntry{}, records), nil
+		}
 	}
 	slices.Sort(ids) // copied in ID order, as deliveries are
 	columns := append(enqueueCopyNames(columnNames((&outboxRow{}).columns())), metadataColumn, "creation_implied")
@@ -265,23 +274,48 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		if err := copyBinary(ctx, tx, pgx.Identifier{s.cfg.schema, "outbox_entries"}, columns, w, fresh); err != nil {
 			return false, err
 		}
-		results = make([]ledger.OutboxResult, len(envs))
-		for i, env := range envs {
-			id := envIDs[i]
-			if e, ok := held[id]; ok {
-				results[i] = ledger.OutboxResult{Outcome: storekit.OutboxEntry(e).EnqueueAgain(env), Entry: e.Clone()}
-				continue
-			}
-			e := records[id]
-			results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e.Clone()}
-			held[id] = e
-		}
+		results = entryResults(envs, envIDs, held, records)
 		return fresh > 0, nil
 	}})
 	if err != nil {
 		return nil, err
 	}
 	return results, nil
+}
+
+// deliveryResults answers reqs: a request whose ID held a record (held)
+// against it, the others Applied with the record made for them
+// (records); a later request with the ID of an earlier one is judged
+// against the record the earlier one made. held gains those records.
+func (s *Store) deliveryResults(reqs []ledger.EnqueueRequest, held, records map[ledger.DeliveryID]ledger.Delivery) []ledger.DeliveryResult {
+	results := make([]ledger.DeliveryResult, len(reqs))
+	for i, req := range reqs {
+		if d, ok := held[req.ID]; ok {
+			results[i] = ledger.DeliveryResult{Outcome: storekit.Delivery(d).EnqueueAgain(req, s.cfg.defaults), Delivery: d.Clone()}
+			continue
+		}
+		d := records[req.ID]
+		results[i] = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: d.Clone()}
+		held[req.ID] = d // later requests with this ID are judged against it
+	}
+	return results
+}
+
+// entryResults answers envs, whose entry IDs are envIDs, as
+// deliveryResults answers requests.
+func entryResults(envs []ledger.Envelope, envIDs []ledger.OutboxEntryID, held, records map[ledger.OutboxEntryID]ledger.OutboxEntry) []ledger.OutboxResult {
+	results := make([]ledger.OutboxResult, len(envs))
+	for i, env := range envs {
+		id := envIDs[i]
+		if e, ok := held[id]; ok {
+			results[i] = ledger.OutboxResult{Outcome: storekit.OutboxEntry(e).EnqueueAgain(env), Entry: e.Clone()}
+			continue
+		}
+		e := records[id]
+		results[i] = ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: e.Clone()}
+		held[id] = e
+	}
+	return results
 }
 
 // readTakenAndSeqs reads the results of the read of the entries whose

@@ -10,61 +10,102 @@ import (
 )
 
 // TestEnqueueRoundTrips counts what an enqueue sends once its
-// statements are prepared, with notifications on: three round trips
-// when it inserts (BEGIN with the reads, the COPY, the notification with
-// COMMIT), two when every ID is taken (the reads, ROLLBACK).
+// statements are prepared, with notifications on. A batch of up to
+// arrayEnqueueMax IDs: one round trip when it inserts (the statement over
+// arrays, which notifies); when an ID is taken that statement fails, and
+// the call runs by COPY, which takes two more. A larger batch, or any batch under a queue
+// bound: three when it inserts (BEGIN with the reads, the COPY, the
+// notification with COMMIT; a bound's checks add one), two when every ID
+// is taken (the reads, ROLLBACK). Bounds apply to deliveries only.
 func TestEnqueueRoundTrips(t *testing.T) {
-	s, trips, ctx := tripStore(t, WithNotify(true))
-	o := s.Outbox()
-	batch := 0
-	envs := func() []ledger.Envelope {
-		batch++
-		envs := make([]ledger.Envelope, 10)
-		for i := range envs {
-			envs[i] = ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("b%d-%d", batch, i)}
-		}
-		return envs
-	}
-	reqs := func() []ledger.EnqueueRequest {
-		batch++
-		reqs := make([]ledger.EnqueueRequest, 10)
-		for i := range reqs {
-			reqs[i] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("b%d-%d", batch, i)), Target: "host"}
-		}
-		return reqs
-	}
-	applied := func(outcomes ...ledger.Outcome) {
-		t.Helper()
-		for _, oc := range outcomes {
-			require.Equal(t, ledger.OutcomeApplied, oc)
-		}
-	}
-	n := tripsOf(t, trips, func() {
-		rs, err := o.EnqueueBatch(ctx, envs())
-		require.NoError(t, err)
-		applied(rs[0].Outcome, rs[9].Outcome)
-	})
-	require.EqualValues(t, 3, n, "outbox EnqueueBatch")
-	n = tripsOf(t, trips, func() {
-		rs, err := s.EnqueueBatch(ctx, reqs(), groupT0)
-		require.NoError(t, err)
-		applied(rs[0].Outcome, rs[9].Outcome)
-	})
-	require.EqualValues(t, 3, n, "EnqueueBatch")
-	n = tripsOf(t, trips, func() {
-		r, err := o.Enqueue(ctx, envs()[0])
-		require.NoError(t, err)
-		applied(r.Outcome)
-	})
-	require.EqualValues(t, 3, n, "outbox Enqueue")
+	for _, tc := range []struct {
+		name               string
+		opts               []Option
+		size               int
+		outboxFresh, fresh int64 // inserting, the outbox and deliveries
+		outboxSeen, seen   int64 // every ID taken
+	}{
+		{name: "Arrays", size: 10, outboxFresh: 1, fresh: 1, outboxSeen: 3, seen: 3},
+		{name: "ArraysOfOne", size: 1, outboxFresh: 1, fresh: 1, outboxSeen: 3, seen: 3},
+		{name: "CopyOfALargeBatch", size: arrayEnqueueMax + 1, outboxFresh: 3, fresh: 3, outboxSeen: 2, seen: 2},
+		{name: "CopyUnderABound", opts: []Option{WithQueueBound(1_000_000)}, size: 10, outboxFresh: 1, fresh: 4, outboxSeen: 3, seen: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, trips, ctx := tripStore(t, append(tc.opts, WithNotify(true))...)
+			o := s.Outbox()
+			batch := 0
+			envs := func() []ledger.Envelope {
+				batch++
+				envs := make([]ledger.Envelope, tc.size)
+				for i := range envs {
+					envs[i] = ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("b%d-%d", batch, i)}
+				}
+				return envs
+			}
+			reqs := func() []ledger.EnqueueRequest {
+				batch++
+				reqs := make([]ledger.EnqueueRequest, tc.size)
+				for i := range reqs {
+					reqs[i] = ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("b%d-%d", batch, i)), Target: "host"}
+				}
+				return reqs
+			}
+			applied := func(outcomes ...ledger.Outcome) {
+				t.Helper()
+				for _, oc := range outcomes {
+					require.Equal(t, ledger.OutcomeApplied, oc)
+				}
+			}
+			last := tc.size - 1
+			n := tripsOf(t, trips, func() {
+				rs, err := o.EnqueueBatch(ctx, envs())
+				require.NoError(t, err)
+				applied(rs[0].Outcome, rs[last].Outcome)
+			})
+			require.EqualValues(t, tc.outboxFresh, n, "outbox EnqueueBatch")
+			n = tripsOf(t, trips, func() {
+				rs, err := s.EnqueueBatch(ctx, reqs(), groupT0)
+				require.NoError(t, err)
+				applied(rs[0].Outcome, rs[last].Outcome)
+			})
+			require.EqualValues(t, tc.fresh, n, "EnqueueBatch")
 
-	again := envs()
-	_, err := o.EnqueueBatch(ctx, again)
-	require.NoError(t, err)
-	n = tripsOf(t, trips, func() {
-		rs, err := o.EnqueueBatch(ctx, again)
-		require.NoError(t, err)
-		require.Equal(t, ledger.OutcomeRepeated, rs[0].Outcome)
+			again := envs()
+			_, err := o.EnqueueBatch(ctx, again)
+			require.NoError(t, err)
+			n = tripsOf(t, trips, func() {
+				rs, err := o.EnqueueBatch(ctx, again)
+				require.NoError(t, err)
+				require.Equal(t, ledger.OutcomeRepeated, rs[0].Outcome)
+			})
+			require.EqualValues(t, tc.outboxSeen, n, "outbox EnqueueBatch of taken keys")
+			againReqs := reqs()
+			_, err = s.EnqueueBatch(ctx, againReqs, groupT0)
+			require.NoError(t, err)
+			n = tripsOf(t, trips, func() {
+				rs, err := s.EnqueueBatch(ctx, againReqs, groupT0)
+				require.NoError(t, err)
+				require.Equal(t, ledger.OutcomeRepeated, rs[0].Outcome)
+			})
+			require.EqualValues(t, tc.seen, n, "EnqueueBatch of taken IDs")
+		})
+	}
+	t.Run("Single", func(t *testing.T) {
+		s, trips, ctx := tripStore(t, WithNotify(true))
+		k := 0
+		n := tripsOf(t, trips, func() {
+			k++
+			r, err := s.Outbox().Enqueue(ctx, ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("one-%d", k)})
+			require.NoError(t, err)
+			require.Equal(t, ledger.OutcomeApplied, r.Outcome)
+		})
+		require.EqualValues(t, 1, n, "outbox Enqueue")
+		n = tripsOf(t, trips, func() {
+			k++
+			r, err := s.Enqueue(ctx, ledger.EnqueueRequest{ID: ledger.DeliveryID(fmt.Sprintf("one-%d", k)), Target: "host"}, groupT0)
+			require.NoError(t, err)
+			require.Equal(t, ledger.OutcomeApplied, r.Outcome)
+		})
+		require.EqualValues(t, 1, n, "Enqueue")
 	})
-	require.EqualValues(t, 2, n, "outbox EnqueueBatch of taken keys")
 }

@@ -318,6 +318,14 @@ type queries struct {
 	// redrivableEntriesByKey is redrivableEntries for one idempotency
 	// key, $8, and the ID it fixes, $7.
 	redrivableEntriesByKey string
+
+	// The enqueues of small batches (enqueue_arrays.go), by notify: for
+	// entries also by whether they take enqueue_seq values ([seq][notify]).
+	enqueueDeliveries [2]arrayStatement
+	enqueueEntries    [2][2]arrayStatement
+	// deliveryArrays and entryArrays are the element types of their
+	// arrays, in the order of enqueueColumns.
+	deliveryArrays, entryArrays []uint32
 }
 
 // newQueries builds the statements for schema, which New has validated.
@@ -434,6 +442,15 @@ func newQueries(schema string) *queries {
 	q.queueLength = "SELECT count(*) FROM (SELECT 1 FROM " + deliveries + " WHERE target = $1 AND " + queuedWhere +
 		" ORDER BY " + offerableOrder + " LIMIT $2) AS q"
 	q.oldestOffered = selectFrom(dcols, deliveries) + " WHERE target = $1 AND state = 'offered' ORDER BY " + offerableOrder + " LIMIT $2 FOR UPDATE SKIP LOCKED"
+	var dnames, onames []string
+	dnames, q.deliveryArrays = enqueueColumns((&deliveryRow{}).columns())
+	onames, q.entryArrays = enqueueColumns((&outboxRow{}).columns())
+	for notify := range 2 {
+		q.enqueueDeliveries[notify] = newArrayStatement(arrayInsert(deliveries, dnames, q.deliveryArrays, false, notify == 1))
+		for seq := range 2 {
+			q.enqueueEntries[seq][notify] = newArrayStatement(arrayInsert(outbox, onames, q.entryArrays, seq == 1, notify == 1))
+		}
+	}
 	q.insertDelivery = "INSERT INTO " + deliveries + " (" + strings.Join(dcols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(dcols)) + ", false)"
 	q.insertEntry = "INSERT INTO " + outbox + " (" + strings.Join(ocols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(ocols)) + ", false)"
 	// Both walk the index of ended records (migrations/0004) from the

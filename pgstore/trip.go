@@ -43,6 +43,22 @@ type tripStatement struct {
 // sent and no answer came that says what became of them (tripOutcome).
 // Otherwise an error means nothing was committed.
 func (s *Store) oneTrip(ctx context.Context, stmts []tripStatement) (committing bool, err error) {
+	return s.onTrip(ctx, func(tctx context.Context, conn *pgx.Conn) (bool, error) {
+		b := &pgx.Batch{}
+		for _, st := range stmts {
+			b.Queue(st.sql, st.args...)
+		}
+		br := conn.SendBatch(tctx, b)
+		failed, err := readTrip(br, stmts)
+		return tripOutcome(failed, err, br.Close())
+	})
+}
+
+// onTrip runs send, the round trip of an implicit transaction (see
+// oneTrip), on a connection of the pool, under a context that ends only
+// when the call's does and the server has not answered a cancel request
+// within tripCancelWait; send returns what tripOutcome says of it.
+func (s *Store) onTrip(ctx context.Context, send func(ctx context.Context, conn *pgx.Conn) (committing bool, err error)) (committing bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -65,13 +81,7 @@ func (s *Store) oneTrip(ctx context.Context, stmts []tripStatement) (committing 
 		<-wctx.Done()
 		endTrip() // no answer in time: the driver drops the connection
 	})
-	b := &pgx.Batch{}
-	for _, st := range stmts {
-		b.Queue(st.sql, st.args...)
-	}
-	br := conn.SendBatch(tctx, b)
-	failed, err := readTrip(br, stmts)
-	cerr := br.Close()
+	committing, err = send(tctx, conn)
 	endTrip()
 	if !stop() {
 		<-cancelled
@@ -79,7 +89,7 @@ func (s *Store) oneTrip(ctx context.Context, stmts []tripStatement) (committing 
 		defer cancel()
 		_ = conn.Close(cctx)
 	}
-	return tripOutcome(failed, err, cerr)
+	return committing, err
 }
 
 // tripCancelWait bounds how long oneTrip waits, once its context is done,
