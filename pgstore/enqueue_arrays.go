@@ -155,7 +155,10 @@ func (a *arrayParams) values() ([][]byte, error) {
 // $1... into table's columns names (of element types oids), in ID order.
 // seq: the rows take enqueue_seq values from the sequence $n+1, in the
 // arrays' order (see enqueueSeqs: the k-th row the k-th smallest value
-// taken, whatever order nextval ran in). notify: the rows notify the
+// taken, whatever order nextval ran in). The values are counted out by
+// an unnest of the IDs, not by generate_series: its generic estimate
+// (1,000 rows) would make PostgreSQL plan the statement anew with every
+// call (TestEnqueueByArraysKeepsAGenericPlan). notify: the rows notify the
 // channel $n+1 (after seq's parameter).
 func arrayInsert(table string, names []string, oids []uint32, seq, notify bool) string {
 	arrays := make([]string, len(names))
@@ -170,7 +173,7 @@ func arrayInsert(table string, names []string, oids []uint32, seq, notify bool) 
 	var b strings.Builder
 	if seq {
 		fmt.Fprintf(&b, `WITH seqs AS (SELECT v, pg_catalog.row_number() OVER (ORDER BY v) AS ord
-	FROM (SELECT pg_catalog.nextval($%d::regclass) AS v FROM pg_catalog.generate_series(1, pg_catalog.cardinality($1::%s[]))) AS s) `,
+	FROM (SELECT pg_catalog.nextval($%d::regclass) AS v FROM pg_catalog.unnest($1::%s[])) AS s) `,
 			next, sqlTypes[oids[0]])
 		next++
 		fmt.Fprintf(&b, "INSERT INTO %s (%s, enqueue_seq) SELECT %s, seqs.v FROM %s WITH ORDINALITY AS u(%s, ord) JOIN seqs USING (ord)",
