@@ -126,7 +126,6 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 	// Copied in ID order, so that two calls sharing IDs wait for each
 	// other in the same order instead of deadlocking.
 	slices.Sort(ids)
-	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), metadataColumn, "creation_implied")
 	if s.arrayEnqueue(len(ids), s.cfg.bounds.Any()) {
 		taken, err := s.enqueueByArrays(ctx, op, ids, records)
 		if err != nil {
@@ -136,6 +135,7 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 			return s.deliveryResults(reqs, map[ledger.DeliveryID]ledger.Delivery{}, records), nil
 		}
 	}
+	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), metadataColumn, "creation_implied")
 	var results []ledger.DeliveryResult
 	var existing []ledger.Delivery
 	err := s.runEnqueue(ctx, op, ChannelDeliveries, enqueueSteps{queue: func(b *pgx.Batch) {

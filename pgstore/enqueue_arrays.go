@@ -68,7 +68,7 @@ var sqlTypes = map[uint32]string{
 
 // elementOID is the type of the column c, as copyWriter.field writes it;
 // 0 for a field of a type it cannot write, which it fails on (as
-// TestEnqueueCopyTypes and TestEnqueueArrayTypes would).
+// TestEnqueueCopyTypes would).
 func elementOID(c column) uint32 {
 	switch c.ptr.(type) {
 	case *string, **string:
@@ -126,11 +126,17 @@ func newArrayParams(oids []uint32, rows, perValue int) *arrayParams {
 	return a
 }
 
-// col is the writer of column i's array.
-func (a *arrayParams) col(i int) *copyWriter { return &a.cols[i] }
-
-// row counts a row whose fields were written.
-func (a *arrayParams) row() { a.rows++ }
+// record writes one record's row: its columns cols (a row's, in the
+// order of enqueueCopyColumns), then its metadata and creation_implied.
+func (a *arrayParams) record(cols []column, md ledger.Metadata, creationImplied bool) {
+	for i, c := range cols {
+		a.cols[i].field(c)
+	}
+	n := len(a.cols)
+	a.cols[n-2].metadata(md)
+	a.cols[n-1].boolean(creationImplied)
+	a.rows++
+}
 
 // values finishes the arrays and returns them, one parameter each.
 func (a *arrayParams) values() ([][]byte, error) {
@@ -284,12 +290,7 @@ func (s *Store) enqueueByArrays(ctx context.Context, op string, ids []string, re
 		if err != nil {
 			return false, err
 		}
-		for i, c := range enqueueCopyColumns(r.columns()) {
-			a.col(i).field(c)
-		}
-		a.col(n - 2).metadata(d.Metadata)
-		a.col(n - 1).boolean(!s.cfg.noHistory)
-		a.row()
+		a.record(enqueueCopyColumns(r.columns()), d.Metadata, !s.cfg.noHistory)
 	}
 	vals, err := a.values()
 	if err != nil {
@@ -316,12 +317,7 @@ func (o *Outbox) enqueueByArrays(ctx context.Context, op string, order []ledger.
 		if err != nil {
 			return false, err
 		}
-		for i, c := range enqueueCopyColumns(r.columns()) {
-			a.col(i).field(c)
-		}
-		a.col(n - 2).metadata(e.Envelope.Metadata)
-		a.col(n - 1).boolean(!s.cfg.noHistory)
-		a.row()
+		a.record(enqueueCopyColumns(r.columns()), e.Envelope.Metadata, !s.cfg.noHistory)
 	}
 	vals, err := a.values()
 	if err != nil {
