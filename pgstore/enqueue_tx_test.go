@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leaseledger/ledger"
+	"github.com/leaseledger/ledger/internal/pgtest"
 )
 
 // TestEnqueueRoundTrips counts what an enqueue sends once its
@@ -145,5 +148,57 @@ func TestEnqueueByArraysKeepsAGenericPlan(t *testing.T) {
 			st.name).Scan(&generic, &custom))
 		require.LessOrEqual(t, custom, int64(5), "custom plans of %s", st.sql)
 		require.Positive(t, generic, "generic plans of %s", st.sql)
+	}
+}
+
+// TestEnqueueInEveryQueryExecMode: the enqueue by arrays sends its
+// statement prepared under a name only when the pool caches statements;
+// unnamed in the other extended-protocol modes (as through a PgBouncer
+// without prepared statements); and a pool of the simple protocol
+// enqueues by COPY. Each enqueues, and reads back, what it was given.
+func TestEnqueueInEveryQueryExecMode(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s, err := New(pool, WithSchema(pgtest.Schema(t, pool)), WithNotify(true))
+			require.NoError(t, err)
+			require.NoError(t, s.Migrate(ctx))
+			envs := []ledger.Envelope{
+				{Provider: "p", Kind: "k", IdempotencyKey: "a", Payload: []byte{0, 1, 2}, Metadata: ledger.Metadata{"m": "1"}},
+				{Provider: "p", Kind: "k", IdempotencyKey: "b"},
+			}
+			rs, err := s.Outbox().EnqueueBatch(ctx, envs)
+			require.NoError(t, err)
+			for i, r := range rs {
+				require.Equal(t, ledger.OutcomeApplied, r.Outcome)
+				got, err := s.Outbox().FindByID(ctx, r.Entry.ID)
+				require.NoError(t, err)
+				require.Equal(t, r.Entry, got, "entry %d as enqueued", i)
+			}
+			reqs := []ledger.EnqueueRequest{{ID: "d-1", Target: "host", Payload: []byte("x")}, {ID: "d-2", Target: "host"}}
+			drs, err := s.EnqueueBatch(ctx, reqs, groupT0)
+			require.NoError(t, err)
+			for i, r := range drs {
+				require.Equal(t, ledger.OutcomeApplied, r.Outcome)
+				got, err := s.Get(ctx, r.Delivery.ID)
+				require.NoError(t, err)
+				require.Equal(t, r.Delivery, got, "delivery %d as enqueued", i)
+			}
+			// Again: every ID taken, answered from the records.
+			rs, err = s.Outbox().EnqueueBatch(ctx, envs)
+			require.NoError(t, err)
+			require.Equal(t, ledger.OutcomeRepeated, rs[0].Outcome)
+			drs, err = s.EnqueueBatch(ctx, reqs, groupT0)
+			require.NoError(t, err)
+			require.Equal(t, ledger.OutcomeRepeated, drs[1].Outcome)
+		})
 	}
 }
