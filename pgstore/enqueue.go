@@ -14,8 +14,11 @@ import (
 	"github.com/leaseledger/ledger/storekit"
 )
 
-// This file is Enqueue and EnqueueBatch of both contracts. One call is
-// one transaction (in three round trips on the store's own: see
+// This file is Enqueue and EnqueueBatch of both contracts. A batch of up
+// to arrayEnqueueMax new IDs is one statement over arrays, in one round
+// trip (enqueue_arrays.go); the rest, and a call that finds an ID taken
+// there, go by COPY as follows. One call is one transaction (in three
+// round trips on the store's own: see
 // enqueue_tx.go): it reads which of its IDs are taken (with, for a batch
 // of outbox entries, the enqueue order it reserves), copies the new
 // records in with COPY, in ID order, and answers every request against
