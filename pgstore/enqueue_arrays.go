@@ -29,13 +29,14 @@ import (
 // enqueue_tx.go), which reads the records that hold the IDs taken and
 // judges each request against its record. No ON CONFLICT: its speculative
 // insertion writes a WAL record more per row (measured: 4.1 WAL records
-// per entry against 3), to spare only the retries.
+// per entry against 3.1), to spare only the retries.
 //
 // The COPY path stays for large batches, where COPY writes pages at a
 // time; for queue bounds, whose checks need the call's reads in its
 // transaction; and in the caller's transaction (WithTx). Against it, a
-// batch of five here is four statements fewer (BEGIN, the reads, the
-// notification, COMMIT) and one round trip instead of three.
+// batch of five here is one statement instead of six (BEGIN, the read of
+// taken IDs, the enqueue_seq values, COPY, the notification, COMMIT) and
+// one round trip instead of three.
 //
 // The values go pre-encoded, through pgconn, because pgx would box every
 // element of every array to encode it. The statement is prepared once
