@@ -18,11 +18,10 @@ import (
 // to arrayEnqueueMax new IDs is one statement over arrays, in one round
 // trip (enqueue_arrays.go); the rest, and a call that finds an ID taken
 // there, go by COPY as follows. One call is one transaction (in three
-// round trips on the store's own: see
-// enqueue_tx.go): it reads which of its IDs are taken (with, for a batch
-// of outbox entries, the enqueue order it reserves), copies the new
-// records in with COPY, in ID order, and answers every request against
-// the record its ID holds. COPY writes a batch's rows a page at a time
+// round trips on the store's own: see enqueue_tx.go): it reads which of
+// its IDs are taken (with, for a batch of outbox entries, the enqueue
+// order it reserves), copies the new records in with COPY, in ID order,
+// and answers every request against the record its ID holds. COPY writes a batch's rows a page at a time
 // and runs no statement per row; it has no ON CONFLICT, so an ID taken
 // between the read and the copy (another enqueue of the same ID, in a
 // transaction that committed meanwhile) fails the copy with a unique
@@ -217,10 +216,6 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			order = append(order, e.ID)
 		}
 	}
-	ids := make([]string, len(order))
-	for i, id := range order {
-		ids[i] = string(id)
-	}
 	if s.arrayEnqueue(len(order), false) {
 		taken, err := o.enqueueByArrays(ctx, op, order, records)
 		if err != nil {
@@ -229,6 +224,10 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		if !taken {
 			return entryResults(envs, envIDs, map[ledger.OutboxEntryID]ledger.OutboxEntry{}, records), nil
 		}
+	}
+	ids := make([]string, len(order))
+	for i, id := range order {
+		ids[i] = string(id)
 	}
 	slices.Sort(ids) // copied in ID order, as deliveries are
 	columns := append(enqueueCopyNames(columnNames((&outboxRow{}).columns())), metadataColumn, "creation_implied")

@@ -237,7 +237,9 @@ func (s *Store) insertArrays(ctx context.Context, op string, table string, st ar
 				res = conn.PgConn().ExecParams(tctx, st.sql, params, nil, formats, nil).Read()
 			}
 			if failedStatement(res.Err) {
-				return tripOutcome(copyFailed(res.Err, pgx.Identifier{table}), nil, nil)
+				// Refused: nothing was written. copyFailed tells a taken
+				// ID through Citus, as for a COPY.
+				return false, copyFailed(res.Err, pgx.Identifier{table})
 			}
 			return tripOutcome(nil, res.Err, nil)
 		})

@@ -107,22 +107,16 @@ func (w *bulkWrite[R]) change(id string, after R) {
 	w.last[id] = after
 }
 
-// queueChecked adds the UPDATE to w's writes, checked to write every
-// row (see bulkTable.statement).
-func (w *bulkWrite[R]) queueChecked(gw *groupWrites) error {
-	_, err := w.queue(gw.b)
-	return err
-}
-
-// queue adds the UPDATE to b and returns how many rows it must write.
-func (w *bulkWrite[R]) queue(b *pgx.Batch) (int, error) {
+// queue adds the UPDATE to b, checked by the server to write every row
+// (see bulkTable.statement).
+func (w *bulkWrite[R]) queue(b *pgx.Batch) error {
 	afters := make([][]column, len(w.ids))
 	var mask uint64
 	version := len(w.t.names) - 1 // the last column (see row.go)
 	for i, id := range w.ids {
 		var err error
 		if afters[i], err = w.row(w.last[id]); err != nil {
-			return 0, err
+			return err
 		}
 		before := w.read[id]
 		for j := 1; j < len(afters[i]); j++ {
@@ -148,7 +142,7 @@ func (w *bulkWrite[R]) queue(b *pgx.Batch) (int, error) {
 		args = append(args, a.value())
 	}
 	b.Queue(w.t.statement(mask), args...)
-	return len(w.ids), nil
+	return nil
 }
 
 // sqlType names the SQL type of a row field (a column's pointer); ""

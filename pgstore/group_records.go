@@ -139,7 +139,7 @@ func queueWrites[R any](s *Store, g *groupRecords[R], counts counter[R], w *grou
 		counts.change(&c.before, &c.after)
 		bulk.change(id, c.after)
 	}
-	if err := bulk.queueChecked(w); err != nil {
+	if err := bulk.queue(w.b); err != nil {
 		return err
 	}
 	hist.queue(w.b, g.kind.history)

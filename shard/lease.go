@@ -254,10 +254,11 @@ func shares(round, left, k, start int) []int {
 // counter converted to int, which turns negative once it passes the
 // largest int.
 func position(start, k int) int {
-	if p := start % k; p >= 0 {
-		return p
+	p := start % k
+	if p < 0 {
+		p += k
 	}
-	return start%k + k
+	return p
 }
 
 // split divides n over k shares as evenly as it can, the remainder going
