@@ -77,6 +77,11 @@ func (w *copyWriter) int4(v int64) {
 	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(int32(v)))
 }
 
+func (w *copyWriter) int2(v int16) {
+	w.buf = binary.BigEndian.AppendUint32(w.buf, 2)
+	w.buf = binary.BigEndian.AppendUint16(w.buf, uint16(v))
+}
+
 func (w *copyWriter) boolean(v bool) {
 	w.buf = binary.BigEndian.AppendUint32(w.buf, 1)
 	if v {
@@ -113,8 +118,12 @@ func (w *copyWriter) fail(err error) {
 }
 
 // field writes the row field c points at, as the column c names.
-func (w *copyWriter) field(c column) {
-	switch p := c.ptr.(type) {
+func (w *copyWriter) field(c column) { w.value(c.name, c.ptr, int4Columns[c.name]) }
+
+// value writes the row field ptr points at, of the column name (for an
+// error); an int64 as an integer when int4, else as a bigint.
+func (w *copyWriter) value(name string, ptr any, int4 bool) {
+	switch p := ptr.(type) {
 	case *string:
 		w.text(*p)
 	case **string:
@@ -130,7 +139,7 @@ func (w *copyWriter) field(c column) {
 			w.bytes(*p)
 		}
 	case *int64:
-		if int4Columns[c.name] {
+		if int4 {
 			w.int4(*p)
 		} else {
 			w.int8(*p)
@@ -139,7 +148,7 @@ func (w *copyWriter) field(c column) {
 		switch {
 		case *p == nil:
 			w.null()
-		case int4Columns[c.name]:
+		case int4:
 			w.int4(**p)
 		default:
 			w.int8(**p)
@@ -159,7 +168,7 @@ func (w *copyWriter) field(c column) {
 			w.timestamptz(**p)
 		}
 	default:
-		w.fail(fmt.Errorf("pgstore: no binary COPY form for column %s (%T)", c.name, c.ptr))
+		w.fail(fmt.Errorf("pgstore: no binary form for column %s (%T)", name, ptr))
 	}
 }
 

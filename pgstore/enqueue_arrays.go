@@ -2,15 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leaseledger/ledger"
 )
@@ -48,24 +44,6 @@ import (
 // arrayEnqueueMax is the largest batch (distinct IDs) enqueued by arrays;
 // a larger one goes by COPY.
 const arrayEnqueueMax = 100
-
-// Element type OIDs of the columns an enqueue writes (the
-// built-in types' fixed OIDs, pg_type.dat).
-const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidInt8        = 20
-	oidInt4        = 23
-	oidText        = 25
-	oidTimestamptz = 1184
-	oidJSONB       = 3802
-)
-
-// sqlTypes names the element types above in SQL.
-var sqlTypes = map[uint32]string{
-	oidBool: "boolean", oidBytea: "bytea", oidInt8: "bigint", oidInt4: "integer",
-	oidText: "text", oidTimestamptz: "timestamptz", oidJSONB: "jsonb",
-}
 
 // elementOID is the type of the column c, as copyWriter.field writes it;
 // 0 for a field of a type it cannot write, which it fails on (as
@@ -105,24 +83,16 @@ func enqueueColumns(cols []column) ([]string, []uint32) {
 	return names, oids
 }
 
-// arrayHeader is the size of a one-dimensional array's binary header:
-// dimensions, flags, element type, then the dimension's length and lower
-// bound (PostgreSQL's array_send).
-const arrayHeader = 20
-
 // arrayParams builds one binary array parameter per column, a row at a
-// time: an array's elements are in the binary COPY format's field form
-// (a length, -1 for NULL, then the value), so copyWriter writes them.
+// time.
 type arrayParams struct {
-	cols []copyWriter
-	oids []uint32
-	rows int
+	cols []binArray
 }
 
 func newArrayParams(oids []uint32, rows, perValue int) *arrayParams {
-	a := &arrayParams{cols: make([]copyWriter, len(oids)), oids: oids}
-	for i := range a.cols {
-		a.cols[i].buf = make([]byte, arrayHeader, arrayHeader+rows*perValue)
+	a := &arrayParams{cols: make([]binArray, len(oids))}
+	for i, oid := range oids {
+		a.cols[i] = newBinArray(oid, rows, perValue)
 	}
 	return a
 }
@@ -131,32 +101,18 @@ func newArrayParams(oids []uint32, rows, perValue int) *arrayParams {
 // order of enqueueCopyColumns), then its metadata and creation_implied.
 func (a *arrayParams) record(cols []column, md ledger.Metadata, creationImplied bool) {
 	for i, c := range cols {
-		a.cols[i].field(c)
+		a.cols[i].w.field(c)
 	}
 	n := len(a.cols)
-	a.cols[n-2].metadata(md)
-	a.cols[n-1].boolean(creationImplied)
-	a.rows++
+	a.cols[n-2].w.metadata(md)
+	a.cols[n-1].w.boolean(creationImplied)
+	for i := range a.cols {
+		a.cols[i].n++
+	}
 }
 
 // values finishes the arrays and returns them, one parameter each.
-func (a *arrayParams) values() ([][]byte, error) {
-	vals := make([][]byte, len(a.cols))
-	for i := range a.cols {
-		w := &a.cols[i]
-		if w.err != nil {
-			return nil, w.err
-		}
-		h := w.buf[:0]
-		h = binary.BigEndian.AppendUint32(h, 1) // one dimension
-		h = binary.BigEndian.AppendUint32(h, 1) // may hold NULLs (a hint the server does not check)
-		h = binary.BigEndian.AppendUint32(h, a.oids[i])
-		h = binary.BigEndian.AppendUint32(h, uint32(a.rows))
-		binary.BigEndian.AppendUint32(h, 1) // lower bound
-		vals[i] = w.buf
-	}
-	return vals, nil
-}
+func (a *arrayParams) values() ([][]byte, error) { return finishArrays(a.cols) }
 
 // arrayInsert is the statement that inserts the rows of the arrays
 // $1... into table's columns names (of element types oids), in ID order.
@@ -195,17 +151,6 @@ func arrayInsert(table string, names []string, oids []uint32, seq, notify bool) 
 	return b.String()
 }
 
-// arrayStatement is one enqueue statement of a store: its text, and the
-// name it is prepared under.
-type arrayStatement struct {
-	sql, name string
-}
-
-func newArrayStatement(sql string) arrayStatement {
-	sum := sha256.Sum256([]byte(sql))
-	return arrayStatement{sql: sql, name: "leaseledger_enqueue_" + hex.EncodeToString(sum[:12])}
-}
-
 // arrayEnqueue reports whether an enqueue of n distinct IDs goes by
 // arrays, bounded saying whether queue bounds apply to it (to
 // deliveries, when set; never to the outbox): see this file's comment.
@@ -222,19 +167,9 @@ func (s *Store) arrayEnqueue(n int, bounded bool) bool {
 func (s *Store) insertArrays(ctx context.Context, op string, table string, st arrayStatement, params [][]byte, formats []int16) (taken bool, _ error) {
 	err := s.retry(ctx, op, func() error {
 		committing, err := s.onTrip(ctx, func(tctx context.Context, conn *pgx.Conn) (bool, error) {
-			var res *pgconn.Result
-			if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-				// Prepare sends no Execute: whatever becomes of it,
-				// nothing was written.
-				if _, err := conn.Prepare(tctx, st.name, st.sql); err != nil {
-					return false, err
-				}
-				res = conn.PgConn().ExecPrepared(tctx, st.name, params, formats, nil).Read()
-			} else {
-				// A pool that prepares no named statement (as behind a
-				// PgBouncer without prepared statement support): the
-				// unnamed one, the parameters' types taken from the casts.
-				res = conn.PgConn().ExecParams(tctx, st.sql, params, nil, formats, nil).Read()
+			res, err := execArrays(tctx, conn, st, params, formats)
+			if err != nil {
+				return false, err
 			}
 			if failedStatement(res.Err) {
 				// Refused: nothing was written. copyFailed tells a taken
@@ -252,17 +187,6 @@ func (s *Store) insertArrays(ctx context.Context, op string, table string, st ar
 		return true, nil
 	}
 	return false, err
-}
-
-// arrayFormats are the parameter formats of an array statement: its
-// arrays binary, the scalars after them (a sequence's name, a channel's)
-// text.
-func arrayFormats(arrays, scalars int) []int16 {
-	f := make([]int16, arrays+scalars)
-	for i := range arrays {
-		f[i] = 1
-	}
-	return f
 }
 
 // channelParam is the name of ch's channel as the array statements take

@@ -26,6 +26,7 @@ type bulkTable struct {
 
 	mu     sync.Mutex
 	byMask map[uint64]string
+	held   map[uint64]arrayStatement // heldStatement's
 }
 
 // maxBulkStatements bounds the statements a bulkTable keeps: the sets of
@@ -34,7 +35,7 @@ type bulkTable struct {
 const maxBulkStatements = 256
 
 func newBulkTable(table string, cols []column) *bulkTable {
-	t := &bulkTable{table: table, names: columnNames(cols), byMask: map[uint64]string{}}
+	t := &bulkTable{table: table, names: columnNames(cols), byMask: map[uint64]string{}, held: map[uint64]arrayStatement{}}
 	for _, c := range cols {
 		t.types = append(t.types, sqlType(c.ptr))
 	}

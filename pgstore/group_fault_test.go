@@ -248,7 +248,10 @@ type commitTracer struct {
 
 // TraceQueryStart sees the COMMIT of a call on its own (tx.Commit).
 func (tr *commitTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.EqualFold(data.SQL, "commit") {
+	// A statement alone outside a transaction, as a held write is sent,
+	// commits at its Sync.
+	implicit := conn.PgConn().TxStatus() == 'I' && !strings.EqualFold(data.SQL, "begin")
+	if implicit || strings.EqualFold(data.SQL, "commit") {
 		tr.commit(ctx, conn)
 	}
 	return ctx

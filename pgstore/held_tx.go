@@ -12,7 +12,8 @@ import (
 
 // This file writes the transitions decided on held records (held.go): a
 // group of them, or a single call, is one statement, a transaction of its
-// own in one round trip (oneTrip). The statement updates the rows still
+// own in one round trip, its parameters binary arrays written by the store
+// (execArrays, params.go). The statement updates the rows still
 // at the held version and token, and writes the history entries and
 // count changes of exactly those rows; the calls whose row moved on are
 // decided again the ordinary way.
@@ -39,12 +40,11 @@ type heldTail struct {
 // never NULL on either side here, because an equality would let the
 // planner prove the predicate of the partial index of claims (or leases)
 // and read every claim in force to find a group's few.
-func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) string {
+func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	key := mask | 1<<63 // apart from statement's masks: bit 63 is never a column
-	if sql, ok := t.byMask[key]; ok {
-		return sql
+	if st, ok := t.held[mask]; ok {
+		return st
 	}
 	params := []string{"$1::text[]", "$2::bigint[]", "$3::text[]"}
 	aliases := []string{"id", "read_version", "read_token"}
@@ -79,10 +79,11 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) string {
 		" GROUP BY " + keys + " HAVING sum(k.n) <> 0 ORDER BY " + keys +
 		" ON CONFLICT (" + keys + ") DO UPDATE SET n = c.n + excluded.n)" +
 		" SELECT id FROM upd"
-	if len(t.byMask) < maxBulkStatements {
-		t.byMask[key] = sql
+	st := newArrayStatement(sql)
+	if len(t.held) < maxBulkStatements {
+		t.held[mask] = st
 	}
-	return sql
+	return st
 }
 
 // heldWrite is the held write of one group: the records before (as
@@ -103,7 +104,7 @@ type heldWrite[R any] struct {
 // heldCounts collects count changes by record, for the held write to
 // keep those of the rows it wrote.
 type heldCounts interface {
-	args() []any
+	arrays() []binArray
 }
 
 // errHeldUnknown wraps the error of a held write whose outcome is
@@ -112,8 +113,9 @@ func errHeldUnknown(err error) error {
 	return fmt.Errorf("%w (the outcome of its commit is unknown: the call may have applied)", err)
 }
 
-// statement returns the statement and arguments of w.
-func (w *heldWrite[R]) statement() (string, []any, error) {
+// statement returns the statement of w and its parameters, binary
+// arrays (heldStatement says which).
+func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
 	afters := make([][]column, len(w.ids))
 	var mask uint64
 	t := w.kind.table
@@ -121,7 +123,7 @@ func (w *heldWrite[R]) statement() (string, []any, error) {
 	for i, id := range w.ids {
 		var err error
 		if afters[i], err = w.kind.columns(w.last[id]); err != nil {
-			return "", nil, err
+			return arrayStatement{}, nil, err
 		}
 		before := w.before[id]
 		for j := 1; j < len(afters[i]); j++ {
@@ -135,21 +137,24 @@ func (w *heldWrite[R]) statement() (string, []any, error) {
 	for i, id := range w.ids {
 		versions[i] = *w.before[id][version].ptr.(*int64)
 	}
-	args := []any{w.ids, versions, w.tokens}
+	arrays := []binArray{textArray(w.ids), int8Array(versions), textArray(w.tokens)}
 	for j := 1; j < len(t.names); j++ {
 		if mask&(1<<j) == 0 {
 			continue
 		}
-		a := newColumnArray(afters[0][j].ptr, len(w.ids))
+		a := newBinArray(typeOID(t.types[j]), len(afters), 16)
 		for i := range afters {
-			a.add(afters[i][j].ptr)
+			a.value(afters[i][j].ptr)
 		}
-		args = append(args, a.value())
+		arrays = append(arrays, a)
 	}
-	h := &w.hist
-	args = append(args, h.ids, h.seqs, h.ops, h.froms, h.tos, h.outcomes, h.actors, h.reasons, h.ats)
-	args = append(args, w.counts.args()...)
-	return t.heldStatement(mask, w.tail), args, nil
+	arrays = append(arrays, w.hist.arrays()...)
+	arrays = append(arrays, w.counts.arrays()...)
+	params, err := finishArrays(arrays)
+	if err != nil {
+		return arrayStatement{}, nil, err
+	}
+	return t.heldStatement(mask, w.tail), params, nil
 }
 
 // heldEntryCounts are the count changes of a held write of entries.
@@ -173,7 +178,9 @@ func (c *heldEntryCounts) change(before, after *ledger.OutboxEntry) {
 	}
 }
 
-func (c *heldEntryCounts) args() []any { return []any{c.ids, c.statuses, c.shards, c.ns} }
+func (c *heldEntryCounts) arrays() []binArray {
+	return []binArray{textArray(c.ids), textArray(c.statuses), int2Array(c.shards), int8Array(c.ns)}
+}
 
 // heldDeliveryCounts are the count changes of a held write of deliveries.
 type heldDeliveryCounts struct {
@@ -205,8 +212,9 @@ func (c *heldDeliveryCounts) change(before, after *ledger.Delivery) {
 	}
 }
 
-func (c *heldDeliveryCounts) args() []any {
-	return []any{c.ids, c.targets, c.ceremonies, c.states, c.causes, c.shards, c.ns}
+func (c *heldDeliveryCounts) arrays() []binArray {
+	return []binArray{textArray(c.ids), textArray(c.targets), textArray(c.ceremonies), textArray(c.states),
+		textArray(c.causes), int2Array(c.shards), int8Array(c.ns)}
 }
 
 // heldOutcome is what the held path did with one call: decided it (res,
@@ -422,20 +430,30 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 // was written, or a non-nil empty set with an error that says the
 // outcome is unknown.
 func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[string]bool, error) {
-	sql, args, err := w.statement()
+	st, params, err := w.statement()
 	if err != nil {
 		return nil, err
 	}
+	formats := arrayFormats(len(params), 0)
 	for n := 0; ; n++ {
-		written := map[string]bool{}
-		committing, err := s.oneTrip(ctx, []tripStatement{{sql: sql, args: args, scan: func(rows pgx.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
+		var written map[string]bool
+		committing, err := s.onTrip(ctx, func(tctx context.Context, conn *pgx.Conn) (bool, error) {
+			res, err := execArrays(tctx, conn, st, params, formats)
+			if err != nil {
+				return false, err
 			}
-			written[id] = true
-			return nil
-		}}})
+			if res.Err != nil {
+				if failedStatement(res.Err) {
+					return false, res.Err // refused: nothing was written
+				}
+				return tripOutcome(nil, res.Err, nil)
+			}
+			written = make(map[string]bool, len(res.Rows))
+			for _, row := range res.Rows {
+				written[string(row[0])] = true
+			}
+			return false, nil
+		})
 		if err == nil {
 			return written, nil
 		}

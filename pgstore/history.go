@@ -121,6 +121,13 @@ func (h *historyRows) add(id string, t ledger.Transition) {
 	h.ats = append(h.ats, t.At)
 }
 
+// arrays returns the collected rows as binary arrays, in the order of
+// historyColumns.
+func (h *historyRows) arrays() []binArray {
+	return []binArray{textArray(h.ids), int8Array(h.seqs), textArray(h.ops), textArray(h.froms), textArray(h.tos),
+		textArray(h.outcomes), textArray(h.actors), textArray(h.reasons), timeArray(h.ats)}
+}
+
 // queue adds the INSERT of the collected rows to b, if there are any.
 func (h *historyRows) queue(b *pgx.Batch, sql string) {
 	if len(h.ids) == 0 {

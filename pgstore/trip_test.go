@@ -326,3 +326,49 @@ func TestGroupRoundTrips(t *testing.T) {
 		group()
 	}
 }
+
+// TestOutboxGroupRoundTrips is TestGroupRoundTrips for claim completions:
+// a group of them on entries the store claimed is one round trip (the
+// held write, its arrays sent pre-encoded), and a write whose parameters
+// the server refused would show here as the ordinary path's two.
+func TestOutboxGroupRoundTrips(t *testing.T) {
+	const calls = 4
+	s, trips, ctx := tripStore(t)
+	o := s.Outbox()
+	round := 0
+	group := func() int64 {
+		round++
+		envs := make([]ledger.Envelope, calls)
+		for i := range envs {
+			envs[i] = ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: fmt.Sprintf("r%d-%d", round, i)}
+		}
+		_, err := o.EnqueueBatch(ctx, envs)
+		require.NoError(t, err)
+		claims, err := o.ClaimPending(ctx, ledger.ClaimRequest{Worker: "w", Now: groupT0, LeaseDuration: time.Hour, Limit: calls})
+		require.NoError(t, err)
+		require.Len(t, claims, calls)
+		fixGroups(s, calls)
+		before := trips.Load()
+		var wg sync.WaitGroup
+		errs := make([]error, calls)
+		for i, c := range claims {
+			wg.Go(func() {
+				var r ledger.OutboxResult
+				if r, errs[i] = o.MarkClaimDelivered(ctx, c.Claim, ledger.EmissionResult{ProviderRef: "ref"}); errs[i] == nil && !r.Applied() {
+					errs[i] = fmt.Errorf("%s: %s", c.Entry.ID, r.Outcome)
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, round, s.groups.entries.groupsRun.Load(), "one group of every call")
+		return trips.Load() - before
+	}
+	group() // prepares the statements
+	require.EqualValues(t, 1, group())
+	st, err := o.OutboxStats(ctx, groupT0)
+	require.NoError(t, err)
+	require.EqualValues(t, 2*calls, st.ByStatus[ledger.OutboxStatusDelivered])
+}

@@ -1,0 +1,213 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file sends statements whose parameters are binary arrays written
+// by the store: the enqueue of a small batch (enqueue_arrays.go) and the
+// write of transitions decided on held records (held_tx.go). pgx would
+// box every element of every array in an interface and look up an encode
+// plan for it; the arrays here hold a handful of types, whose binary
+// forms copyWriter writes a value at a time, so they go pre-encoded
+// through pgconn.
+
+// Element type OIDs of the arrays the store sends (the built-in types'
+// fixed OIDs, pg_type.dat).
+const (
+	oidBool        = 16
+	oidBytea       = 17
+	oidInt8        = 20
+	oidInt2        = 21
+	oidInt4        = 23
+	oidText        = 25
+	oidTimestamptz = 1184
+	oidJSONB       = 3802
+)
+
+// sqlTypes names the element types above in SQL.
+var sqlTypes = map[uint32]string{
+	oidBool: "boolean", oidBytea: "bytea", oidInt8: "bigint", oidInt2: "smallint", oidInt4: "integer",
+	oidText: "text", oidTimestamptz: "timestamptz", oidJSONB: "jsonb",
+}
+
+// typeOID is the OID of the SQL type named typ, one of sqlTypes'; 0 for
+// another, which no array is written as (binArray.finish fails).
+func typeOID(typ string) uint32 {
+	for oid, name := range sqlTypes {
+		if name == typ {
+			return oid
+		}
+	}
+	return 0
+}
+
+// arrayHeader is the size of a one-dimensional array's binary header:
+// dimensions, flags, element type, then the dimension's length and lower
+// bound (PostgreSQL's array_send).
+const arrayHeader = 20
+
+// binArray is one binary array parameter, written an element at a time:
+// an element has the binary COPY format's field form (a length, -1 for
+// NULL, then the value), so copyWriter writes it.
+type binArray struct {
+	w   copyWriter
+	oid uint32
+	n   int
+}
+
+// newBinArray starts an array of elements of type oid, with room for n
+// of about perValue bytes each.
+func newBinArray(oid uint32, n, perValue int) binArray {
+	return binArray{w: copyWriter{buf: make([]byte, arrayHeader, arrayHeader+n*(4+perValue))}, oid: oid}
+}
+
+// value adds the row field ptr points at (as copyWriter.value writes it,
+// an int64 as a bigint).
+func (a *binArray) value(ptr any) {
+	a.w.value("", ptr, false)
+	a.n++
+}
+
+// finish writes the header and returns the array.
+func (a *binArray) finish() ([]byte, error) {
+	if a.w.err != nil {
+		return nil, a.w.err
+	}
+	if a.oid == 0 {
+		return nil, errNoArrayType
+	}
+	h := a.w.buf[:0]
+	h = binary.BigEndian.AppendUint32(h, 1) // one dimension
+	h = binary.BigEndian.AppendUint32(h, 1) // may hold NULLs (a hint the server does not check)
+	h = binary.BigEndian.AppendUint32(h, a.oid)
+	h = binary.BigEndian.AppendUint32(h, uint32(a.n))
+	binary.BigEndian.AppendUint32(h, 1) // lower bound
+	return a.w.buf, nil
+}
+
+// errNoArrayType is the error of an array of a type the store does not
+// write, which would be a bug.
+var errNoArrayType = errors.New("pgstore: array of an unknown element type")
+
+func textArray(vs []string) binArray {
+	a := newBinArray(oidText, len(vs), 16)
+	for _, v := range vs {
+		a.w.text(v)
+	}
+	a.n = len(vs)
+	return a
+}
+
+func int8Array(vs []int64) binArray {
+	a := newBinArray(oidInt8, len(vs), 8)
+	for _, v := range vs {
+		a.w.int8(v)
+	}
+	a.n = len(vs)
+	return a
+}
+
+func int2Array(vs []int16) binArray {
+	a := newBinArray(oidInt2, len(vs), 2)
+	for _, v := range vs {
+		a.w.int2(v)
+	}
+	a.n = len(vs)
+	return a
+}
+
+func timeArray(vs []time.Time) binArray {
+	a := newBinArray(oidTimestamptz, len(vs), 8)
+	for _, v := range vs {
+		a.w.timestamptz(v)
+	}
+	a.n = len(vs)
+	return a
+}
+
+// finishArrays finishes as, one parameter each.
+func finishArrays(as []binArray) ([][]byte, error) {
+	vals := make([][]byte, len(as))
+	for i := range as {
+		v, err := as[i].finish()
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
+// arrayFormats are the parameter formats of an array statement: its
+// arrays binary, the scalars after them (a sequence's name, a channel's)
+// text.
+func arrayFormats(arrays, scalars int) []int16 {
+	f := make([]int16, arrays+scalars)
+	for i := range arrays {
+		f[i] = 1
+	}
+	return f
+}
+
+// arrayStatement is one statement of a store sent with binary arrays:
+// its text, and the name it is prepared under.
+type arrayStatement struct {
+	sql, name string
+}
+
+func newArrayStatement(sql string) arrayStatement {
+	sum := sha256.Sum256([]byte(sql))
+	return arrayStatement{sql: sql, name: "leaseledger_" + hex.EncodeToString(sum[:12])}
+}
+
+// execArrays sends st with params (in formats) on conn and reads its
+// whole answer, up to ReadyForQuery: as an implicit transaction of its
+// own, committed at the Sync that ends it. The statement is prepared once
+// per connection, under its name, when the connection caches its
+// statements (pgx's default); in the pool's other modes it goes unnamed,
+// parsed with every call, as the store's other statements then do (as
+// behind a PgBouncer without prepared statement support), the
+// parameters' types taken from the casts. An error returned is one of
+// the Prepare, which sends no Execute: nothing was written.
+//
+// The connection's tracer (pgx.QueryTracer) sees the statement as a
+// query, with the arrays as its arguments, as it sees every other
+// statement of the store: pgconn, which sends it, knows no tracer.
+func execArrays(ctx context.Context, conn *pgx.Conn, st arrayStatement, params [][]byte, formats []int16) (*pgconn.Result, error) {
+	tracer, _ := conn.Config().Tracer.(pgx.QueryTracer)
+	if tracer != nil {
+		args := make([]any, len(params))
+		for i, p := range params {
+			args[i] = p
+		}
+		ctx = tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: args})
+	}
+	res, err := sendArrays(ctx, conn, st, params, formats)
+	if tracer != nil {
+		end := pgx.TraceQueryEndData{Err: err}
+		if res != nil {
+			end.CommandTag, end.Err = res.CommandTag, res.Err
+		}
+		tracer.TraceQueryEnd(ctx, conn, end)
+	}
+	return res, err
+}
+
+func sendArrays(ctx context.Context, conn *pgx.Conn, st arrayStatement, params [][]byte, formats []int16) (*pgconn.Result, error) {
+	if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		if _, err := conn.Prepare(ctx, st.name, st.sql); err != nil {
+			return nil, err
+		}
+		return conn.PgConn().ExecPrepared(ctx, st.name, params, formats, nil).Read(), nil
+	}
+	return conn.PgConn().ExecParams(ctx, st.sql, params, nil, formats, nil).Read(), nil
+}
