@@ -155,8 +155,7 @@ func arrayInsert(table string, names []string, oids []uint32, seq, notify bool) 
 // arrays, bounded saying whether queue bounds apply to it (to
 // deliveries, when set; never to the outbox): see this file's comment.
 func (s *Store) arrayEnqueue(n int, bounded bool) bool {
-	return n <= arrayEnqueueMax && !s.callerTx && !bounded &&
-		s.pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol
+	return n <= arrayEnqueueMax && !s.callerTx && !bounded && !s.arrays.get().simple
 }
 
 // insertArrays runs st with params (the arrays, then any scalar
@@ -167,7 +166,7 @@ func (s *Store) arrayEnqueue(n int, bounded bool) bool {
 func (s *Store) insertArrays(ctx context.Context, op string, table string, st arrayStatement, params [][]byte, formats []int16) (taken bool, _ error) {
 	err := s.retry(ctx, op, func() error {
 		committing, err := s.onTrip(ctx, func(tctx context.Context, conn *pgx.Conn) (bool, error) {
-			res, err := execArrays(tctx, conn, st, params, formats)
+			res, err := s.arrays.get().exec(tctx, conn, st, params, formats)
 			if err != nil {
 				return false, err
 			}

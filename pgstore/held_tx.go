@@ -13,7 +13,7 @@ import (
 // This file writes the transitions decided on held records (held.go): a
 // group of them, or a single call, is one statement, a transaction of its
 // own in one round trip, its parameters binary arrays written by the store
-// (execArrays, params.go). The statement updates the rows still
+// (arraySender, params.go). The statement updates the rows still
 // at the held version and token, and writes the history entries and
 // count changes of exactly those rows; the calls whose row moved on are
 // decided again the ordinary way.
@@ -438,7 +438,7 @@ func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[st
 	for n := 0; ; n++ {
 		var written map[string]bool
 		committing, err := s.onTrip(ctx, func(tctx context.Context, conn *pgx.Conn) (bool, error) {
-			res, err := execArrays(tctx, conn, st, params, formats)
+			res, err := s.arrays.get().exec(tctx, conn, st, params, formats)
 			if err != nil {
 				return false, err
 			}

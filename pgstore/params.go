@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // This file sends statements whose parameters are binary arrays written
@@ -169,41 +171,76 @@ func newArrayStatement(sql string) arrayStatement {
 	return arrayStatement{sql: sql, name: "leaseledger_" + hex.EncodeToString(sum[:12])}
 }
 
-// execArrays sends st with params (in formats) on conn and reads its
-// whole answer, up to ReadyForQuery: as an implicit transaction of its
-// own, committed at the Sync that ends it. The statement is prepared once
-// per connection, under its name, when the connection caches its
-// statements (pgx's default); in the pool's other modes it goes unnamed,
-// parsed with every call, as the store's other statements then do (as
-// behind a PgBouncer without prepared statement support), the
-// parameters' types taken from the casts. An error returned is one of
-// the Prepare, which sends no Execute: nothing was written.
+// arraySender sends the statements of binary arrays of one store: how
+// the pool's connections run statements, and their tracer, read once
+// from the pool's configuration (pgx copies a configuration with every
+// read of it, its TLS settings and runtime parameters included).
+type arraySender struct {
+	// prepare: the connections cache their statements (pgx's default),
+	// so an array statement is prepared once per connection.
+	prepare bool
+	// simple: the pool runs the simple protocol, which sends no binary
+	// parameter; the enqueue then goes by COPY.
+	simple bool
+	tracer pgx.QueryTracer
+}
+
+// arraySenders makes a store's arraySender when it first sends arrays:
+// New takes any *pgxpool.Pool without touching it, and a pool that
+// NewWithConfig did not make has no configuration to read.
+type arraySenders struct {
+	once sync.Once
+	pool *pgxpool.Pool
+	a    arraySender
+}
+
+func (l *arraySenders) get() arraySender {
+	l.once.Do(func() {
+		cc := l.pool.Config().ConnConfig
+		tracer, _ := cc.Tracer.(pgx.QueryTracer)
+		l.a = arraySender{
+			prepare: cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
+			simple:  cc.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol,
+			tracer:  tracer,
+		}
+	})
+	return l.a
+}
+
+// exec sends st with params (in formats) on conn and reads its whole
+// answer, up to ReadyForQuery: as an implicit transaction of its own,
+// committed at the Sync that ends it. The statement is prepared once per
+// connection, under its name, when the connections cache their
+// statements; in the pool's other modes it goes unnamed, parsed with
+// every call, as the store's other statements then do (as behind a
+// PgBouncer without prepared statement support), the parameters' types
+// taken from the casts. An error returned is one of the Prepare, which
+// sends no Execute: nothing was written.
 //
-// The connection's tracer (pgx.QueryTracer) sees the statement as a
-// query, with the arrays as its arguments, as it sees every other
-// statement of the store: pgconn, which sends it, knows no tracer.
-func execArrays(ctx context.Context, conn *pgx.Conn, st arrayStatement, params [][]byte, formats []int16) (*pgconn.Result, error) {
-	tracer, _ := conn.Config().Tracer.(pgx.QueryTracer)
-	if tracer != nil {
+// The tracer (pgx.QueryTracer) sees the statement as a query, with the
+// arrays as its arguments, as it sees every other statement of the
+// store: pgconn, which sends it, knows no tracer.
+func (a arraySender) exec(ctx context.Context, conn *pgx.Conn, st arrayStatement, params [][]byte, formats []int16) (*pgconn.Result, error) {
+	if a.tracer != nil {
 		args := make([]any, len(params))
 		for i, p := range params {
 			args[i] = p
 		}
-		ctx = tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: args})
+		ctx = a.tracer.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: st.sql, Args: args})
 	}
-	res, err := sendArrays(ctx, conn, st, params, formats)
-	if tracer != nil {
+	res, err := a.send(ctx, conn, st, params, formats)
+	if a.tracer != nil {
 		end := pgx.TraceQueryEndData{Err: err}
 		if res != nil {
 			end.CommandTag, end.Err = res.CommandTag, res.Err
 		}
-		tracer.TraceQueryEnd(ctx, conn, end)
+		a.tracer.TraceQueryEnd(ctx, conn, end)
 	}
 	return res, err
 }
 
-func sendArrays(ctx context.Context, conn *pgx.Conn, st arrayStatement, params [][]byte, formats []int16) (*pgconn.Result, error) {
-	if conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+func (a arraySender) send(ctx context.Context, conn *pgx.Conn, st arrayStatement, params [][]byte, formats []int16) (*pgconn.Result, error) {
+	if a.prepare {
 		if _, err := conn.Prepare(ctx, st.name, st.sql); err != nil {
 			return nil, err
 		}

@@ -189,6 +189,7 @@ type Store struct {
 	skew     *skewMeter // shared with the stores WithTx derives
 	groups   *groups    // group commit queues (group.go); nil when off
 	pool     *pgxpool.Pool
+	arrays   *arraySenders // how statements of binary arrays go (params.go)
 	// held are the records this store holds grants on (held.go); nil
 	// for a store bound to a caller's transaction, which never uses them.
 	held *heldState
@@ -227,7 +228,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pgstore: new: %w", &ledger.InvalidError{Field: "pool", Reason: "must not be nil"})
 	}
-	s := &Store{db: pool, pool: pool, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
+	s := &Store{db: pool, pool: pool, arrays: &arraySenders{pool: pool}, cfg: cfg, q: newQueries(cfg.schema), skew: &skewMeter{}}
 	s.held = newHeldState(cfg.schema, s.q)
 	s.leases, s.claims = newGate(), newGate()
 	s.groups = newGroups(s)
