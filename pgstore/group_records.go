@@ -24,6 +24,10 @@ type recordKind[R any] struct {
 	id      func(R) string
 	table   *bulkTable
 	columns func(R) ([]column, error)
+	// reuse returns a columns function that maps every record into one
+	// row, for a caller that reads a row's columns only until its next
+	// call: it allocates nothing per record but the row's own values.
+	reuse   func() func(R) ([]column, error)
 	history string // inserts the history entries (historyRows.queue)
 	clone   func(R) R
 	// version is a record's version (settle.go).
@@ -48,6 +52,14 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 			r, err := newDeliveryRow(d)
 			return r.columns(), err
 		},
+		reuse: func() func(ledger.Delivery) ([]column, error) {
+			r := new(deliveryRow)
+			cols := r.columns()
+			return func(d ledger.Delivery) (_ []column, err error) {
+				*r, err = newDeliveryRow(d)
+				return cols, err
+			}
+		},
 		history: q.insertDeliveryHistory,
 		clone:   ledger.Delivery.Clone,
 		version: deliveryVersion,
@@ -67,6 +79,14 @@ func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] 
 		columns: func(e ledger.OutboxEntry) ([]column, error) {
 			r, err := newOutboxRow(e)
 			return r.columns(), err
+		},
+		reuse: func() func(ledger.OutboxEntry) ([]column, error) {
+			r := new(outboxRow)
+			cols := r.columns()
+			return func(e ledger.OutboxEntry) (_ []column, err error) {
+				*r, err = newOutboxRow(e)
+				return cols, err
+			}
 		},
 		history: q.insertEntryHistory,
 		clone:   ledger.OutboxEntry.Clone,

@@ -86,19 +86,52 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 	return st
 }
 
-// heldWrite is the held write of one group: the records before (as
-// held) and after each applied call, with their history entries and
-// count changes.
+// heldWrite is the held write of one group: per applied call, the
+// version and token held and the record the call leaves, with the
+// columns that differ from the held record (mask) and the history
+// entries and count changes.
 type heldWrite[R any] struct {
-	kind   *recordKind[R]
-	tail   *heldTail
-	token  func(R) string
-	ids    []string
-	before map[string][]column
-	last   map[string]R
-	tokens []string
-	hist   historyRows
-	counts heldCounts
+	kind     *recordKind[R]
+	tail     *heldTail
+	ids      []string
+	tokens   []string
+	versions map[string]int64 // as held
+	last     map[string]R
+	afters   [][]column // the rows of last, in the order of ids
+	mask     uint64
+	hist     historyRows
+	counts   heldCounts
+	// scratch maps a held record to its row, one at a time (recordKind.reuse).
+	scratch func(R) ([]column, error)
+}
+
+func newHeldWrite[R any](k *recordKind[R], tail *heldTail, counts heldCounts) *heldWrite[R] {
+	return &heldWrite[R]{kind: k, tail: tail, counts: counts, versions: map[string]int64{}, last: map[string]R{}, scratch: k.reuse()}
+}
+
+// add records the write of after over held, whose claim or lease token
+// is token, and the columns it changes.
+func (w *heldWrite[R]) add(id, token string, held, after R) error {
+	before, err := w.scratch(held)
+	if err != nil {
+		return err
+	}
+	cols, err := w.kind.columns(after)
+	if err != nil {
+		return err
+	}
+	for j := 1; j < len(cols); j++ {
+		if w.mask&(1<<j) == 0 && !sameValue(before[j].ptr, cols[j].ptr) {
+			w.mask |= 1 << j
+		}
+	}
+	version := len(cols) - 1
+	w.ids = append(w.ids, id)
+	w.tokens = append(w.tokens, token)
+	w.versions[id] = *before[version].ptr.(*int64)
+	w.last[id] = after
+	w.afters = append(w.afters, cols)
+	return nil
 }
 
 // heldCounts collects count changes by record, for the held write to
@@ -116,35 +149,20 @@ func errHeldUnknown(err error) error {
 // statement returns the statement of w and its parameters, binary
 // arrays (heldStatement says which).
 func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
-	afters := make([][]column, len(w.ids))
-	var mask uint64
 	t := w.kind.table
-	version := len(t.names) - 1
-	for i, id := range w.ids {
-		var err error
-		if afters[i], err = w.kind.columns(w.last[id]); err != nil {
-			return arrayStatement{}, nil, err
-		}
-		before := w.before[id]
-		for j := 1; j < len(afters[i]); j++ {
-			if mask&(1<<j) == 0 && !sameValue(before[j].ptr, afters[i][j].ptr) {
-				mask |= 1 << j
-			}
-		}
-	}
-	mask |= 1 << version
+	mask := w.mask | 1<<(len(t.names)-1) // the version: always written, the guard of the next write
 	versions := make([]int64, len(w.ids))
 	for i, id := range w.ids {
-		versions[i] = *w.before[id][version].ptr.(*int64)
+		versions[i] = w.versions[id]
 	}
 	arrays := []binArray{textArray(w.ids), int8Array(versions), textArray(w.tokens)}
 	for j := 1; j < len(t.names); j++ {
 		if mask&(1<<j) == 0 {
 			continue
 		}
-		a := newBinArray(typeOID(t.types[j]), len(afters), 16)
-		for i := range afters {
-			a.value(afters[i][j].ptr)
+		a := newBinArray(typeOID(t.types[j]), len(w.afters), 16)
+		for _, cols := range w.afters {
+			a.value(cols[j].ptr)
 		}
 		arrays = append(arrays, a)
 	}
@@ -243,9 +261,8 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 	shared := repeated(ids)
 	now := ledger.Normalize(s.cfg.clock())
 	k := s.held.entries
-	w := &heldWrite[ledger.OutboxEntry]{kind: k.kind, tail: k.tail, before: map[string][]column{}, last: map[string]ledger.OutboxEntry{}}
 	counts := &heldEntryCounts{}
-	w.counts = counts
+	w := newHeldWrite(k.kind, k.tail, counts)
 	picked := make([]int, 0, len(cs))
 	for i, c := range cs {
 		if shared[ids[i]] {
@@ -259,15 +276,10 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		if outcome != ledger.OutcomeApplied {
 			continue
 		}
-		cols, err := k.kind.columns(held)
-		if err != nil {
+		if w.add(ids[i], string(held.Claim.Token), held, next) != nil {
 			continue
 		}
 		ch := entryChangeOf(c.h, held, next)
-		w.ids = append(w.ids, ids[i])
-		w.tokens = append(w.tokens, string(held.Claim.Token))
-		w.before[ids[i]] = cols
-		w.last[ids[i]] = next
 		if !s.cfg.noHistory {
 			w.hist.add(ids[i], ch.t)
 		}
@@ -334,11 +346,9 @@ func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, wri
 // locking read of each call's row, judged against the held version and
 // what the write made of it.
 func heldVerdict[R any](ctx context.Context, s *Store, w *heldWrite[R], ids []string) func(i int) commitVerdict {
-	version := len(w.kind.table.names) - 1
 	return func(i int) commitVerdict {
 		id := ids[i]
-		before := *w.before[id][version].ptr.(*int64)
-		_, v := settleCommit(ctx, s, w.kind, id, before, w.last[id])
+		_, v := settleCommit(ctx, s, w.kind, id, w.versions[id], w.last[id])
 		return v
 	}
 }
@@ -359,10 +369,9 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 	}
 	shared := repeated(ids)
 	k := s.held.deliveries
-	w := &heldWrite[ledger.Delivery]{kind: k.kind, tail: k.tail, before: map[string][]column{}, last: map[string]ledger.Delivery{}}
-	firsts := map[int]ledger.Delivery{} // the record a call's first step left, when it has two
 	counts := &heldDeliveryCounts{}
-	w.counts = counts
+	w := newHeldWrite(k.kind, k.tail, counts)
+	firsts := map[int]ledger.Delivery{} // the record a call's first step left, when it has two
 	picked := make([]int, 0, len(cs))
 	for i, c := range cs {
 		if shared[ids[i]] || c.fence != nil {
@@ -387,14 +396,9 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 			changes = append(changes, changeOf(c.thenHow, next, done))
 			next = done
 		}
-		cols, err := k.kind.columns(held)
-		if err != nil {
+		if w.add(ids[i], string(held.Lease.Token), held, next) != nil {
 			continue
 		}
-		w.ids = append(w.ids, ids[i])
-		w.tokens = append(w.tokens, string(held.Lease.Token))
-		w.before[ids[i]] = cols
-		w.last[ids[i]] = next
 		for _, ch := range changes {
 			if !s.cfg.noHistory {
 				w.hist.add(ids[i], ch.t)
