@@ -162,7 +162,7 @@ func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
 		}
 		a := newBinArray(typeOID(t.types[j]), len(w.afters), 16)
 		for _, cols := range w.afters {
-			a.value(cols[j].ptr)
+			a.value(cols[j])
 		}
 		arrays = append(arrays, a)
 	}

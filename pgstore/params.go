@@ -72,10 +72,10 @@ func newBinArray(oid uint32, n, perValue int) binArray {
 	return binArray{w: copyWriter{buf: make([]byte, arrayHeader, arrayHeader+n*(4+perValue))}, oid: oid}
 }
 
-// value adds the row field ptr points at (as copyWriter.value writes it,
+// value adds the row field c points at (as copyWriter.value writes it,
 // an int64 as a bigint).
-func (a *binArray) value(ptr any) {
-	a.w.value("", ptr, false)
+func (a *binArray) value(c column) {
+	a.w.value(c.name, c.ptr, false)
 	a.n++
 }
 
@@ -100,40 +100,22 @@ func (a *binArray) finish() ([]byte, error) {
 // write, which would be a bug.
 var errNoArrayType = errors.New("pgstore: array of an unknown element type")
 
-func textArray(vs []string) binArray {
-	a := newBinArray(oidText, len(vs), 16)
+// arrayOf is the array of vs, elements of type oid of about perValue
+// bytes each, which put writes.
+func arrayOf[T any](oid uint32, vs []T, perValue int, put func(*copyWriter, T)) binArray {
+	a := newBinArray(oid, len(vs), perValue)
 	for _, v := range vs {
-		a.w.text(v)
+		put(&a.w, v)
 	}
 	a.n = len(vs)
 	return a
 }
 
-func int8Array(vs []int64) binArray {
-	a := newBinArray(oidInt8, len(vs), 8)
-	for _, v := range vs {
-		a.w.int8(v)
-	}
-	a.n = len(vs)
-	return a
-}
-
-func int2Array(vs []int16) binArray {
-	a := newBinArray(oidInt2, len(vs), 2)
-	for _, v := range vs {
-		a.w.int2(v)
-	}
-	a.n = len(vs)
-	return a
-}
-
+func textArray(vs []string) binArray { return arrayOf(oidText, vs, 16, (*copyWriter).text) }
+func int8Array(vs []int64) binArray  { return arrayOf(oidInt8, vs, 8, (*copyWriter).int8) }
+func int2Array(vs []int16) binArray  { return arrayOf(oidInt2, vs, 2, (*copyWriter).int2) }
 func timeArray(vs []time.Time) binArray {
-	a := newBinArray(oidTimestamptz, len(vs), 8)
-	for _, v := range vs {
-		a.w.timestamptz(v)
-	}
-	a.n = len(vs)
-	return a
+	return arrayOf(oidTimestamptz, vs, 8, (*copyWriter).timestamptz)
 }
 
 // finishArrays finishes as, one parameter each.
