@@ -288,6 +288,110 @@ func (q *groupQueue[Req, Res]) submit(ctx context.Context, req Req) (res Res, si
 	}
 }
 
+// groupAnswer is what submitAll answers for one request: as submit
+// does, and the request as its group left it (with what a held write
+// wrote, when it tried one: see decideHeld).
+type groupAnswer[Req, Res any] struct {
+	req    Req
+	res    Res
+	single bool
+	err    error
+}
+
+// submitAll queues reqs together, as one caller's calls made at once, and
+// waits until groups decided every one of them, leading groups when its
+// turn comes, so that a batch shares its commits with the calls and
+// batches of other callers. The answers are in the order of reqs. Groups
+// may split the batch; a caller whose requests must apply in their order
+// (several on one record) runs them as one group of its own instead.
+//
+// A batch is one arrival: a leader with nothing but one batch queued and
+// nothing else in flight does not wait the window, as for a lone call.
+// When ctx ends, every request no leader took yet is withdrawn (its error
+// matches ctx.Err(); nothing of it applied), and a taken one whose group
+// is still running answers an error saying it may have applied.
+func (q *groupQueue[Req, Res]) submitAll(ctx context.Context, reqs []Req) []groupAnswer[Req, Res] {
+	out := make([]groupAnswer[Req, Res], len(reqs))
+	if err := ctx.Err(); err != nil {
+		for i, r := range reqs {
+			out[i] = groupAnswer[Req, Res]{req: r, err: err}
+		}
+		return out
+	}
+	// One promotion token for the batch: the queue hands out one at a
+	// time (handOffLocked), so one slot holds it.
+	promote := make(chan struct{}, 1)
+	ms := make([]*groupMember[Req, Res], len(reqs))
+	q.mu.Lock()
+	now := time.Now()
+	for i, r := range reqs {
+		ms[i] = &groupMember[Req, Res]{ctx: ctx, req: r, queued: now, promote: promote, done: make(chan struct{})}
+	}
+	q.pending = append(q.pending, ms...)
+	lead := !q.collecting
+	q.collecting = true
+	if len(q.pending) >= q.max {
+		q.kickLocked()
+	}
+	q.mu.Unlock()
+wait:
+	for i := 0; i < len(ms); {
+		if lead {
+			lead = false
+			q.lead()
+		}
+		select {
+		case <-ms[i].done:
+			i++
+			continue
+		default:
+		}
+		select {
+		case <-ms[i].done:
+			i++
+		case <-promote:
+			lead = true
+		case <-ctx.Done():
+			q.abandonAll(ms[i:], promote)
+			break wait
+		}
+	}
+	for i, m := range ms {
+		select {
+		case <-m.done:
+			out[i] = groupAnswer[Req, Res]{req: m.req, res: m.res, single: m.single, err: m.err}
+		default:
+			// Its group is running: its fields are the group's until done.
+			out[i] = groupAnswer[Req, Res]{req: reqs[i],
+				err: fmt.Errorf("%w (its group transaction was still running: the call may have applied)", ctx.Err())}
+		}
+	}
+	return out
+}
+
+// abandonAll is abandon for the undecided requests ms of one submitAll,
+// whose promotion token is promote: a request no leader took yet is
+// withdrawn, answered with its context's error and done; one a running
+// group took stays the group's.
+func (q *groupQueue[Req, Res]) abandonAll(ms []*groupMember[Req, Res], promote chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range ms {
+		if m.state != memberQueued {
+			continue
+		}
+		m.state, m.err = memberDropped, m.ctx.Err()
+		q.pending = slices.DeleteFunc(q.pending, func(p *groupMember[Req, Res]) bool { return p == m })
+		close(m.done)
+	}
+	select {
+	case <-promote:
+		q.collecting = false
+		q.handOffLocked()
+	default:
+	}
+}
+
 // abandon is what a caller whose context ended answers: withdrawn when
 // no leader took its request yet (nothing applied), else an error saying
 // the call may have applied. A promotion it held passes on.
@@ -327,7 +431,10 @@ func (q *groupQueue[Req, Res]) lead() {
 			return
 		}
 		wait := q.window - time.Since(q.pending[0].queued)
-		if len(q.pending) == 1 && q.running == 0 && q.alone.Load() == 0 && !q.waitAlone {
+		// One arrival: a lone call, or the requests of one submitAll,
+		// which share a promotion channel.
+		one := len(q.pending) == 1 || q.pending[0].promote == q.pending[len(q.pending)-1].promote
+		if one && q.running == 0 && q.alone.Load() == 0 && !q.waitAlone {
 			wait = 0
 		}
 		full := len(q.pending) >= q.max
