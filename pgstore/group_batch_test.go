@@ -41,6 +41,23 @@ func deliveredAll(claims []ledger.ClaimedEntry) []ledger.ClaimCompletion {
 	return cs
 }
 
+// batchAnswer is what one CompleteClaims call answered.
+type batchAnswer struct {
+	res []ledger.OutboxResult
+	err error
+}
+
+// completeBatch delivers claims by one CompleteClaims call under ctx, in
+// a goroutine of its own.
+func completeBatch(ctx context.Context, s *Store, claims []ledger.ClaimedEntry) <-chan batchAnswer {
+	out := make(chan batchAnswer, 1)
+	go func() {
+		res, err := s.Outbox().CompleteClaims(ctx, deliveredAll(claims))
+		out <- batchAnswer{res, err}
+	}()
+	return out
+}
+
 // TestCompleteClaimsBatchesShareAGroup queues two batches of four and a
 // single call: one group of nine decides them all, in one commit.
 func TestCompleteClaimsBatchesShareAGroup(t *testing.T) {
@@ -48,21 +65,9 @@ func TestCompleteClaimsBatchesShareAGroup(t *testing.T) {
 	a, b, c := claimedBatch(ctx, t, s, "a", 4), claimedBatch(ctx, t, s, "b", 4), claimedBatch(ctx, t, s, "c", 1)
 	fixGroups(s, 9)
 	q := s.groups.entries
-	type batchAnswer struct {
-		res []ledger.OutboxResult
-		err error
-	}
-	batch := func(claims []ledger.ClaimedEntry) <-chan batchAnswer {
-		out := make(chan batchAnswer, 1)
-		go func() {
-			res, err := s.Outbox().CompleteClaims(ctx, deliveredAll(claims))
-			out <- batchAnswer{res, err}
-		}()
-		return out
-	}
-	ga := batch(a)
+	ga := completeBatch(ctx, s, a)
 	queued(t, q, 4)
-	gb := batch(b)
+	gb := completeBatch(ctx, s, b)
 	queued(t, q, 8)
 	single, err := s.Outbox().MarkClaimDelivered(ctx, c[0].Claim, ledger.EmissionResult{ProviderRef: "ref"})
 	require.NoError(t, err)
@@ -90,22 +95,10 @@ func TestCompleteClaimsBatchWithdrawsWhole(t *testing.T) {
 	x, a, c := claimedBatch(ctx, t, s, "x", 1), claimedBatch(ctx, t, s, "a", 3), claimedBatch(ctx, t, s, "c", 5)
 	fixGroups(s, 6)
 	q := s.groups.entries
-	type batchAnswer struct {
-		res []ledger.OutboxResult
-		err error
-	}
-	batch := func(ctx context.Context, claims []ledger.ClaimedEntry) <-chan batchAnswer {
-		out := make(chan batchAnswer, 1)
-		go func() {
-			res, err := s.Outbox().CompleteClaims(ctx, deliveredAll(claims))
-			out <- batchAnswer{res, err}
-		}()
-		return out
-	}
-	gx := batch(ctx, x) // the leader, waiting for five more
+	gx := completeBatch(ctx, s, x) // the leader, waiting for five more
 	queued(t, q, 1)
 	actx, cancel := context.WithCancel(ctx)
-	ga := batch(actx, a)
+	ga := completeBatch(actx, s, a)
 	queued(t, q, 4)
 	cancel()
 	got := <-ga
@@ -117,7 +110,7 @@ func TestCompleteClaimsBatchWithdrawsWhole(t *testing.T) {
 	q.mu.Lock()
 	require.Len(t, q.pending, 1, "a withdrew whole; x still waits")
 	q.mu.Unlock()
-	gc := batch(ctx, c) // the group is full
+	gc := completeBatch(ctx, s, c) // the group is full
 	for _, got := range []batchAnswer{<-gx, <-gc} {
 		require.NoError(t, got.err)
 		for _, r := range got.res {
