@@ -17,10 +17,10 @@ var _ ledger.ClaimCompleter = (*Outbox)(nil)
 // them. With group commit (WithGroupCommit) they queue together, as one
 // arrival, with the store's other calls and batches, and share their
 // commits; several completions of one entry run as one group of their
-// own. A completion no group can decide runs on its own. Under WithTx they run one after another in the caller's
-// transaction. Completions of one entry apply in the order of cs. The
-// error joins those of the completions left undecided, whose results are
-// zero.
+// own. A completion no group can decide runs on its own. Under WithTx
+// they run one after another in the caller's transaction. Completions of
+// one entry apply in the order of cs. The error joins those of the
+// completions left undecided, whose results are zero.
 func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion) ([]ledger.OutboxResult, error) {
 	s := o.s
 	if err := s.check(ctx, storekit.ValidateClaimCompletions(cs)); err != nil {
