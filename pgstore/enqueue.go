@@ -21,11 +21,12 @@ import (
 // round trips on the store's own: see enqueue_tx.go): it reads which of
 // its IDs are taken (with, for a batch of outbox entries, the enqueue
 // order it reserves), copies the new records in with COPY, in ID order,
-// and answers every request against the record its ID holds. COPY writes a batch's rows a page at a time
-// and runs no statement per row; it has no ON CONFLICT, so an ID taken
-// between the read and the copy (another enqueue of the same ID, in a
-// transaction that committed meanwhile) fails the copy with a unique
-// violation, and the call runs again: it then finds the ID taken.
+// and answers every request against the record its ID holds. COPY
+// writes a batch's rows a page at a time and runs no statement per row;
+// it has no ON CONFLICT, so an ID taken between the read and the copy
+// (another enqueue of the same ID, in a transaction that committed
+// meanwhile) fails the copy with a unique violation, and the call runs
+// again: it then finds the ID taken.
 //
 // The history entry of a record's creation is not written: the record
 // implies it (creation_implied, migrations/0008; see impliedCreation).
