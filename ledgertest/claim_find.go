@@ -1,6 +1,8 @@
 package ledgertest
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +59,37 @@ func testOutboxFind(t *testing.T, newStore NewClaimStoreFunc) {
 			require.NoError(t, err)
 			require.Equal(t, want[:min(limit, len(want))], claimEntryIDs(got), "limit %d: enqueue order", limit)
 		}
+	})
+
+	// Batches larger than a store's small-batch path (pgstore copies
+	// them in), fresh or with some keys taken, keep envelope order too;
+	// a taken key keeps its place from its first enqueue.
+	claimRun(t, "FindPending/LargeBatchesInEnqueueOrder", newStore, func(t *testing.T, s ledger.ClaimStore) {
+		first := claimEnqueueKeys(t, s, claimUnsortedKeys(t, "large", 300))
+		keys := claimUnsortedKeys(t, "mixed", 300)
+		envs := make([]ledger.Envelope, 0, len(keys)+50)
+		for i, key := range keys {
+			envs = append(envs, claimEnvelope(key))
+			if i%6 == 0 { // a key of the first batch, taken
+				envs = append(envs, claimEnvelope(fmt.Sprintf("large-%d", i/6+1)))
+			}
+		}
+		res, err := claimBatcher(t, s).EnqueueBatch(t.Context(), envs)
+		require.NoError(t, err)
+		require.Len(t, res, len(envs))
+		want := first
+		for i, r := range res {
+			if strings.HasPrefix(envs[i].IdempotencyKey, "large-") {
+				require.Equal(t, ledger.OutcomeRepeated, r.Outcome, "enqueue %q again", envs[i].IdempotencyKey)
+				continue
+			}
+			require.Equal(t, ledger.OutcomeApplied, r.Outcome, "enqueue %q", envs[i].IdempotencyKey)
+			want = append(want, r.Entry)
+		}
+		got, err := s.FindPending(t.Context(), ledger.MaxLimit)
+		require.NoError(t, err)
+		require.Len(t, got, 600)
+		require.Equal(t, claimPendingOrder(want), claimEntryIDs(got), "CreatedAt, then enqueue order")
 	})
 
 	claimRun(t, "FindPendingRespectsLimit", newStore, func(t *testing.T, s ledger.ClaimStore) {

@@ -33,6 +33,13 @@ func (o *Outbox) Enqueue(ctx context.Context, env ledger.Envelope) (ledger.Outbo
 // in order, a repeated idempotency key judged against the entry it names.
 // The new entries share one CreatedAt and are found and claimed in the
 // order of envs.
+//
+// A batch of new keys is one round trip. Two batches of more than 100
+// keys that enqueue some of the same new keys at once, in different
+// orders, may wait for each other until the server's deadlock_timeout
+// (a second by default) ends one of them, which then takes a slower
+// path and answers as usual: one of the two answers each shared key
+// Applied, the other Repeated.
 func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]ledger.OutboxResult, error) {
 	if err := o.s.check(ctx, storekit.ValidateEnvelopeBatch(envs, o.s.cfg.maxPayload)); err != nil {
 		return nil, err

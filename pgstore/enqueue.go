@@ -14,17 +14,19 @@ import (
 	"github.com/leaseledger/ledger/storekit"
 )
 
-// This file is Enqueue and EnqueueBatch of both contracts. A batch of up
-// to arrayEnqueueMax new IDs is one statement over arrays, in one round
-// trip (enqueue_arrays.go); the rest, and a call that finds an ID taken
-// there, go by COPY as follows. One call is one transaction (in three
-// round trips on the store's own: see enqueue_tx.go): it reads which of
-// its IDs are taken (with, for a batch of outbox entries, the enqueue
-// order it reserves), copies the new records in with COPY, in ID order,
-// and answers every request against the record its ID holds. COPY
-// writes a batch's rows a page at a time and runs no statement per row;
-// it has no ON CONFLICT, so an ID taken between the read and the copy
-// (another enqueue of the same ID, in a transaction that committed
+// This file is Enqueue and EnqueueBatch of both contracts. A batch of new
+// IDs takes one round trip: up to arrayEnqueueMax IDs, one statement over
+// arrays (enqueue_arrays.go); a larger one, a COPY and its notification
+// in one simple query (enqueue_copy.go). A call that finds an ID taken
+// there, or runs in the caller's transaction or under a queue bound,
+// takes the careful path, as follows. One call is one transaction (in
+// three round trips on the store's own: see enqueue_tx.go): it reads
+// which of its IDs are taken (with, for a batch of outbox entries, the
+// enqueue order it reserves), copies the new records in with COPY, in ID
+// order, and answers every request against the record its ID holds.
+// COPY writes a batch's rows a page at a time and runs no statement per
+// row; it has no ON CONFLICT, so an ID taken between the read and the
+// copy (another enqueue of the same ID, in a transaction that committed
 // meanwhile) fails the copy with a unique violation, and the call runs
 // again: it then finds the ID taken.
 //
@@ -139,6 +141,19 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		}
 	}
 	columns := append(enqueueCopyNames(columnNames((&deliveryRow{}).columns())), metadataColumn, "creation_implied")
+	if s.copyEnqueue(len(ids), s.cfg.bounds.Any()) {
+		w, n, err := s.deliveryRows(ids, nil, records, len(columns))
+		if err != nil {
+			return nil, err
+		}
+		taken, err := s.copyTrip(ctx, op, "deliveries", columns, w, n, ChannelDeliveries)
+		if err != nil {
+			return nil, err
+		}
+		if !taken {
+			return s.deliveryResults(reqs, map[ledger.DeliveryID]ledger.Delivery{}, records), nil
+		}
+	}
 	var results []ledger.DeliveryResult
 	var existing []ledger.Delivery
 	err := s.runEnqueue(ctx, op, ChannelDeliveries, enqueueSteps{queue: func(b *pgx.Batch) {
@@ -155,24 +170,9 @@ func (s *Store) enqueue(ctx context.Context, op string, reqs []ledger.EnqueueReq
 		for _, d := range existing {
 			held[d.ID] = d
 		}
-		w := newCopyWriter(len(ids), 256)
-		fresh := 0
-		for _, id := range ids {
-			if _, ok := held[ledger.DeliveryID(id)]; ok {
-				continue
-			}
-			d := records[ledger.DeliveryID(id)]
-			r, err := newDeliveryRow(d)
-			if err != nil {
-				return false, err
-			}
-			w.row(len(columns))
-			for _, c := range enqueueCopyColumns(r.columns()) {
-				w.field(c)
-			}
-			w.metadata(d.Metadata)
-			w.boolean(!s.cfg.noHistory)
-			fresh++
+		w, fresh, err := s.deliveryRows(ids, held, records, len(columns))
+		if err != nil {
+			return false, err
 		}
 		if err := copyBinary(ctx, tx, pgx.Identifier{s.cfg.schema, "deliveries"}, columns, w, fresh); err != nil {
 			return false, err
@@ -226,12 +226,27 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 			return entryResults(envs, envIDs, map[ledger.OutboxEntryID]ledger.OutboxEntry{}, records), nil
 		}
 	}
-	ids := make([]string, len(order))
-	for i, id := range order {
-		ids[i] = string(id)
-	}
-	slices.Sort(ids) // copied in ID order, as deliveries are
 	columns := append(enqueueCopyNames(columnNames((&outboxRow{}).columns())), metadataColumn, "creation_implied")
+	if s.copyEnqueue(len(order), false) {
+		// In envelope order, numbered by the column's default.
+		w, n, err := o.entryRows(order, nil, records, nil, len(columns))
+		if err != nil {
+			return nil, err
+		}
+		taken, err := s.copyTrip(ctx, op, "outbox_entries", columns, w, n, ChannelOutbox)
+		if err != nil {
+			return nil, err
+		}
+		if !taken {
+			return entryResults(envs, envIDs, map[ledger.OutboxEntryID]ledger.OutboxEntry{}, records), nil
+		}
+	}
+	ids := slices.Clone(order)
+	slices.Sort(ids) // copied in ID order, as deliveries are
+	idStrings := make([]string, len(ids))
+	for i, id := range ids {
+		idStrings[i] = string(id)
+	}
 	if len(order) > 1 {
 		columns = append(columns, "enqueue_seq")
 	}
@@ -239,7 +254,7 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 	var existing []ledger.OutboxEntry
 	var vals []int64
 	err := s.runEnqueue(ctx, op, ChannelOutbox, enqueueSteps{queue: func(b *pgx.Batch) {
-		b.Queue(s.q.entriesByID, ids)
+		b.Queue(s.q.entriesByID, idStrings)
 		if len(order) > 1 {
 			b.Queue(s.q.reserveEnqueueSeqs, s.q.enqueueSeqName, len(order))
 		}
@@ -251,28 +266,9 @@ func (o *Outbox) enqueue(ctx context.Context, op string, envs []ledger.Envelope)
 		for _, e := range existing {
 			held[e.ID] = e
 		}
-		seqs := enqueueSeqs(order, vals)
-		w := newCopyWriter(len(ids), 192)
-		fresh := 0
-		for _, id := range ids {
-			if _, ok := held[ledger.OutboxEntryID(id)]; ok {
-				continue
-			}
-			e := records[ledger.OutboxEntryID(id)]
-			r, err := newOutboxRow(e)
-			if err != nil {
-				return false, err
-			}
-			w.row(len(columns))
-			for _, c := range enqueueCopyColumns(r.columns()) {
-				w.field(c)
-			}
-			w.metadata(e.Envelope.Metadata)
-			w.boolean(!s.cfg.noHistory)
-			if seqs != nil {
-				w.int8(seqs[ledger.OutboxEntryID(id)])
-			}
-			fresh++
+		w, fresh, err := o.entryRows(ids, held, records, enqueueSeqs(order, vals), len(columns))
+		if err != nil {
+			return false, err
 		}
 		if err := copyBinary(ctx, tx, pgx.Identifier{s.cfg.schema, "outbox_entries"}, columns, w, fresh); err != nil {
 			return false, err
