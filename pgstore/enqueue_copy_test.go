@@ -120,7 +120,9 @@ func TestEnqueueBatchCopyDeadlock(t *testing.T) {
 	s, err := pgstore.New(pool, pgstore.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
-	env := func(key string) ledger.Envelope { return ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: key} }
+	env := func(key string) ledger.Envelope {
+		return ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: key}
+	}
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
