@@ -123,6 +123,10 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Stats, error) {
 	c := &cycle{d: d, storeCtx: newStoreContexts(ctx, d.cfg.leaseDuration)}
 	defer c.storeCtx.close()
 	claimed := d.claim(ctx, c)
+	if len(claimed) < d.cfg.batchSize {
+		// The queue is drained: the completions may wait for company.
+		c.storeCtx.linger(d.cfg.linger)
+	}
 	if cc, ok := d.store.(ledger.ClaimCompleter); ok && d.cfg.batchCompletion {
 		c.batch = newCompletionBatch(cc, c, len(claimed))
 	}

@@ -46,6 +46,8 @@ func TestNewDispatcherRejectsBadConfiguration(t *testing.T) {
 		"ControlCharsInWorker":    {store, em, []dispatch.DispatcherOption{dispatch.WithWorker("a\nb")}},
 		"ZeroPollInterval":        {store, em, []dispatch.DispatcherOption{dispatch.WithPollInterval(0)}},
 		"NegativeShutdownTimeout": {store, em, []dispatch.DispatcherOption{dispatch.WithShutdownTimeout(-time.Second)}},
+		"NegativeLinger":          {store, em, []dispatch.DispatcherOption{dispatch.WithCompletionLinger(-time.Millisecond)}},
+		"LingerOverASecond":       {store, em, []dispatch.DispatcherOption{dispatch.WithCompletionLinger(time.Second + 1)}},
 		"NegativeBackoff":         {store, em, []dispatch.DispatcherOption{dispatch.WithPolicy(ledger.Policy{BackoffBase: -1})}},
 		"NilClock":                {store, em, []dispatch.DispatcherOption{dispatch.WithClock(nil)}},
 		"NilLogger":               {store, em, []dispatch.DispatcherOption{dispatch.WithLogger(nil)}},

@@ -31,6 +31,14 @@
 // up in milliseconds rather than up to an interval later; the interval
 // stays the fallback, since a wake-up can be lost.
 //
+// A cycle that claimed less than a full batch found the queue drained,
+// and its loop goes idle after it. Its completions linger (up to
+// DefaultCompletionLinger, WithCompletionLinger): a store that commits
+// calls together holds them until another loop's completions come to
+// share the commit. At a steady rate that halves the transactions spent
+// recording completions, for a few milliseconds of latency; a full cycle
+// never waits.
+//
 // # At-least-once delivery
 //
 // An entry is emitted at least once; it may be emitted more than once.

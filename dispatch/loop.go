@@ -37,6 +37,8 @@ func (c *config) validateLoop() error {
 		return invalid("poll interval", "must be positive")
 	case c.shutdownTimeout < 0:
 		return invalid("shutdown timeout", "must not be negative")
+	case c.linger < 0 || c.linger > time.Second:
+		return invalid("completion linger", "must be between 0 and 1s")
 	}
 	if err := c.common.validate(); err != nil {
 		return err
@@ -181,6 +183,15 @@ func (s *storeContexts) put(c *storeContext) {
 	defer s.mu.Unlock()
 	if c.users--; c.users == 0 && c != s.cur {
 		c.cancel()
+	}
+}
+
+// linger makes the store calls of the cycle, from now on, carry a linger
+// of d (ledger.WithLinger); nothing when d is 0. Call it before the
+// first get.
+func (s *storeContexts) linger(d time.Duration) {
+	if d > 0 {
+		s.detached = ledger.WithLinger(s.detached, d)
 	}
 }
 

@@ -270,6 +270,10 @@ func (w *Worker) RunOnce(ctx context.Context) (WorkerStats, error) {
 	for i := range res.Leased {
 		c.record(w.deliveryEvent(EventLeased, &res.Leased[i]))
 	}
+	if len(res.Leased) < w.cfg.batchSize {
+		// The queue is drained: the completions may wait for company.
+		c.storeCtx.linger(w.cfg.linger)
+	}
 	w.handleAll(ctx, res.Leased, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -29,6 +29,10 @@ import (
 // load a group fills while the ones before it commit, and groups grow
 // with the load without waiting for the window at all.
 //
+// A leader whose requests all linger (ledger.WithLinger), from one caller,
+// waits for another caller's request instead, up to the linger: see
+// WithGroupCommit.
+//
 // A group of one request is not run as a group: its caller runs the call
 // on the ordinary path, in a transaction of its own under its own
 // context, so a lone caller sees exactly what it would without group
@@ -80,6 +84,14 @@ func defaultGroupConfig() groupConfig {
 // on fewer connections. A leader waits the window only while another
 // call is in flight, so a caller whose calls come one at a time waits
 // nothing more.
+//
+// A call made under ledger.WithLinger waits longer when it leads: until a
+// call of another caller arrives (then the window from that arrival, for
+// the calls that come with it), or its linger, at most
+// MaxGroupCommitWindow, has passed. dispatch's loops linger the
+// completions of a cycle that found the queue drained, so that at a
+// steady rate the cycles of several loops share a commit. A call without
+// a linger never waits for one that has it.
 //
 // Each call still gets its own outcome and the record as it stands,
 // exactly as it would alone: the group locks its records in ID order
@@ -195,9 +207,14 @@ const (
 
 // groupMember is one call waiting in, or decided by, a group.
 type groupMember[Req, Res any] struct {
-	ctx     context.Context
-	req     Req
-	queued  time.Time     // when it arrived, for the window
+	ctx    context.Context
+	req    Req
+	queued time.Time // when it arrived
+	// linger is how long it may wait for another caller's company
+	// (ledger.WithLinger, at most MaxGroupCommitWindow); caller names
+	// whose call it is.
+	linger  time.Duration
+	caller  any
 	state   memberState   // guarded by the queue's mu
 	promote chan struct{} // a token: lead the next group (buffered 1)
 	done    chan struct{} // closed once the fields below are set
@@ -245,6 +262,18 @@ func newGroupQueue[Req, Res any](c groupConfig, run func(context.Context, []*gro
 	return &groupQueue[Req, Res]{window: c.window, max: c.max, run: run, kick: make(chan struct{}, 1)}
 }
 
+// arrive stamps m, arriving at now, with its linger. The caller holds
+// q.mu and appends m to q.pending after.
+func (q *groupQueue[Req, Res]) arrive(m *groupMember[Req, Res], now time.Time) {
+	m.queued = now
+	d, caller := ledger.LingerFrom(m.ctx)
+	m.linger, m.caller = min(d, MaxGroupCommitWindow), caller
+	if len(q.pending) > 0 && q.pending[0].linger > 0 && q.pending[0].caller != caller {
+		// Company for a leader that lingers: it need wait no more.
+		q.kickLocked()
+	}
+}
+
 // submit queues req and waits until a group decided it, leading groups
 // when its turn comes. single reports that it was not decided: the
 // caller then runs the call on its own. The error is not wrapped.
@@ -254,7 +283,7 @@ func (q *groupQueue[Req, Res]) submit(ctx context.Context, req Req) (res Res, si
 	}
 	m := &groupMember[Req, Res]{ctx: ctx, req: req, promote: make(chan struct{}, 1), done: make(chan struct{})}
 	q.mu.Lock()
-	m.queued = time.Now()
+	q.arrive(m, time.Now())
 	q.pending = append(q.pending, m)
 	// While a leader collects, every arrival joins its group or the next
 	// one; the collecting leader hands over before it runs its group, so
@@ -325,7 +354,8 @@ func (q *groupQueue[Req, Res]) submitAll(ctx context.Context, reqs []Req) []grou
 	q.mu.Lock()
 	now := time.Now()
 	for i, r := range reqs {
-		ms[i] = &groupMember[Req, Res]{ctx: ctx, req: r, queued: now, promote: promote, done: make(chan struct{})}
+		ms[i] = &groupMember[Req, Res]{ctx: ctx, req: r, promote: promote, done: make(chan struct{})}
+		q.arrive(ms[i], now)
 	}
 	q.pending = append(q.pending, ms...)
 	lead := !q.collecting
@@ -420,6 +450,17 @@ func (q *groupQueue[Req, Res]) abandon(m *groupMember[Req, Res]) (res Res, singl
 	return res, false, fmt.Errorf("%w (its group transaction was still running: the call may have applied)", m.ctx.Err())
 }
 
+// company returns the first pending request of another caller than the
+// first request's (ledger.WithLinger), or nil. The caller holds q.mu.
+func (q *groupQueue[Req, Res]) company() *groupMember[Req, Res] {
+	for _, m := range q.pending[1:] {
+		if m.caller != q.pending[0].caller || m.caller == nil {
+			return m
+		}
+	}
+	return nil
+}
+
 // lead collects one group and runs it. The caller was made the
 // collecting leader (q.collecting is set for it).
 func (q *groupQueue[Req, Res]) lead() {
@@ -430,11 +471,24 @@ func (q *groupQueue[Req, Res]) lead() {
 			q.mu.Unlock()
 			return
 		}
-		wait := q.window - time.Since(q.pending[0].queued)
+		first := q.pending[0]
+		wait := q.window - time.Since(first.queued)
 		// One arrival: a lone call, or the requests of one submitAll,
 		// which share a promotion channel.
-		one := len(q.pending) == 1 || q.pending[0].promote == q.pending[len(q.pending)-1].promote
-		if one && q.running == 0 && q.alone.Load() == 0 && !q.waitAlone {
+		one := len(q.pending) == 1 || first.promote == q.pending[len(q.pending)-1].promote
+		switch {
+		case first.linger > 0:
+			// In no hurry: it waits for another caller's company, up to
+			// its linger (arrive kicks when company comes), and then the
+			// window from the company's arrival, for the calls that the
+			// same caller makes with it.
+			if m := q.company(); m != nil {
+				wait = q.window - time.Since(m.queued)
+			} else {
+				wait = max(q.window, first.linger) - time.Since(first.queued)
+			}
+		case one && q.running == 0 && q.alone.Load() == 0 && !q.waitAlone:
+			// Nothing in flight promises company: no wait.
 			wait = 0
 		}
 		full := len(q.pending) >= q.max
