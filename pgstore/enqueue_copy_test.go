@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -15,14 +16,11 @@ import (
 	"github.com/leaseledger/ledger/pgstore"
 )
 
-// TestEnqueueBatchCopiesRaceForKeys: large batches (copied in one trip,
-// the outbox's in envelope order) that share new keys, each in an order
-// of its own, run at once. Two such copies can deadlock; the server ends
-// one, and that call takes the careful path. Whatever happened, every key
-// names one entry, exactly one call answers it Applied and the others
-// Repeated, and each answer carries the stored entry. The server's
-// deadlock_timeout is short here, so that deadlocks are found at once.
-func TestEnqueueBatchCopiesRaceForKeys(t *testing.T) {
+// deadlockStore returns a migrated store in a fresh schema on a pool of
+// its own, whose connections find deadlocks after 20ms instead of the
+// server's second, with the pool, the schema and a context for the test.
+func deadlockStore(t *testing.T, opts ...pgstore.Option) (*pgstore.Store, *pgxpool.Pool, string, context.Context) {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "20ms"
@@ -32,9 +30,21 @@ func TestEnqueueBatchCopiesRaceForKeys(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	schema := pgtest.Schema(t, pool)
-	s, err := pgstore.New(pool, pgstore.WithSchema(schema), pgstore.WithNotify(true))
+	s, err := pgstore.New(pool, append([]pgstore.Option{pgstore.WithSchema(schema)}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
+	return s, pool, schema, ctx
+}
+
+// TestEnqueueBatchCopiesRaceForKeys: large batches (copied in one trip,
+// the outbox's in envelope order) that share new keys, each in an order
+// of its own, run at once. Two such copies can deadlock; the server ends
+// one, and that call takes the careful path. Whatever happened, every key
+// names one entry, exactly one call answers it Applied and the others
+// Repeated, and each answer carries the stored entry. The server's
+// deadlock_timeout is short here (deadlockStore).
+func TestEnqueueBatchCopiesRaceForKeys(t *testing.T) {
+	s, pool, schema, ctx := deadlockStore(t, pgstore.WithNotify(true))
 	o := s.Outbox()
 
 	const keys, callers, size, rounds = 800, 8, 600, 3
@@ -109,17 +119,7 @@ func assertNoError(t *testing.T, err error) bool {
 // took the careful path, and it answers "a" and "b" Repeated, the keys
 // the transaction committed. Every key is stored once either way.
 func TestEnqueueBatchCopyDeadlock(t *testing.T) {
-	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "20ms"
-	ctx := testContext(t)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	schema := pgtest.Schema(t, pool)
-	s, err := pgstore.New(pool, pgstore.WithSchema(schema))
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(ctx))
+	s, pool, schema, ctx := deadlockStore(t)
 	env := func(key string) ledger.Envelope {
 		return ledger.Envelope{Provider: "p", Kind: "k", IdempotencyKey: key}
 	}

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -12,6 +13,23 @@ import (
 // Calls that linger (ledger.WithLinger) in the group commit queue. The
 // helpers are in group_test.go and group_batch_test.go.
 
+// deliverEach marks each of claims delivered under ctx, each from a
+// goroutine of its own, and sends each call's error, or nil when it
+// applied.
+func deliverEach(ctx context.Context, s *Store, claims []ledger.ClaimedEntry) <-chan error {
+	answers := make(chan error, len(claims))
+	for _, c := range claims {
+		go func() {
+			r, err := s.Outbox().MarkClaimDelivered(ctx, c.Claim, ledger.EmissionResult{ProviderRef: "ref"})
+			if err == nil && !r.Applied() {
+				err = fmt.Errorf("outcome %s", r.Outcome)
+			}
+			answers <- err
+		}()
+	}
+	return answers
+}
+
 // TestLingeringCallsWaitForAnotherCaller: two calls of one lingering
 // caller do not keep each other company, and nothing else is in flight,
 // so they wait; a call of another caller joins them, and one group
@@ -21,16 +39,7 @@ func TestLingeringCallsWaitForAnotherCaller(t *testing.T) {
 	a, b := claimedBatch(ctx, t, s, "a", 2), claimedBatch(ctx, t, s, "b", 1)
 	q := s.groups.entries
 	lingering := ledger.WithLinger(ctx, MaxGroupCommitWindow)
-	answers := make(chan error, len(a))
-	for _, c := range a {
-		go func() {
-			r, err := s.Outbox().MarkClaimDelivered(lingering, c.Claim, ledger.EmissionResult{ProviderRef: "ref"})
-			if err == nil && !r.Applied() {
-				err = fmt.Errorf("outcome %s", r.Outcome)
-			}
-			answers <- err
-		}()
-	}
+	answers := deliverEach(lingering, s, a)
 	queued(t, q, 2)
 	r, err := s.Outbox().MarkClaimDelivered(ctx, b[0].Claim, ledger.EmissionResult{ProviderRef: "ref"})
 	require.NoError(t, err)
@@ -51,16 +60,7 @@ func TestLingeringCallsAloneRunAfterTheirLinger(t *testing.T) {
 	a, b := claimedBatch(ctx, t, s, "a", 2), claimedBatch(ctx, t, s, "b", 1)
 	q := s.groups.entries
 	lingering := ledger.WithLinger(ctx, MaxGroupCommitWindow)
-	answers := make(chan error, len(a))
-	for _, c := range a {
-		go func() {
-			r, err := s.Outbox().MarkClaimDelivered(lingering, c.Claim, ledger.EmissionResult{ProviderRef: "ref"})
-			if err == nil && !r.Applied() {
-				err = fmt.Errorf("outcome %s", r.Outcome)
-			}
-			answers <- err
-		}()
-	}
+	answers := deliverEach(lingering, s, a)
 	queued(t, q, 2)
 	for range a {
 		require.NoError(t, <-answers)
