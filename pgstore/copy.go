@@ -117,8 +117,32 @@ func (w *copyWriter) fail(err error) {
 	}
 }
 
-// field writes the row field c points at, as the column c names.
-func (w *copyWriter) field(c column) { w.value(c.name, c.ptr, int4Columns[c.name]) }
+// copyFields are the columns of a scratch row as an enqueue writes them
+// (enqueueCopyColumns), each with whether it is an integer column: the
+// rows of one call are copied into the scratch row and written through
+// them in turn, so that no row builds its list of columns or looks its
+// types up.
+type copyFields struct {
+	cols []column
+	int4 []bool
+}
+
+// newCopyFields returns the copyFields of cols, a scratch row's columns.
+func newCopyFields(cols []column) copyFields {
+	cols = enqueueCopyColumns(cols)
+	f := copyFields{cols: cols, int4: make([]bool, len(cols))}
+	for i, c := range cols {
+		f.int4[i] = int4Columns[c.name]
+	}
+	return f
+}
+
+// fields writes the fields f's scratch row holds.
+func (w *copyWriter) fields(f copyFields) {
+	for i, c := range f.cols {
+		w.value(c.name, c.ptr, f.int4[i])
+	}
+}
 
 // value writes the row field ptr points at, of the column name (for an
 // error); an int64 as an integer when int4, else as a bigint.

@@ -97,11 +97,11 @@ func newArrayParams(oids []uint32, rows, perValue int) *arrayParams {
 	return a
 }
 
-// record writes one record's row: its columns cols (a row's, in the
+// record writes one record's row: the fields of f's scratch row (in the
 // order of enqueueCopyColumns), then its metadata and creation_implied.
-func (a *arrayParams) record(cols []column, md ledger.Metadata, creationImplied bool) {
-	for i, c := range cols {
-		a.cols[i].w.field(c)
+func (a *arrayParams) record(f copyFields, md ledger.Metadata, creationImplied bool) {
+	for i, c := range f.cols {
+		a.cols[i].w.value(c.name, c.ptr, f.int4[i])
 	}
 	n := len(a.cols)
 	a.cols[n-2].w.metadata(md)
@@ -210,13 +210,16 @@ func (s *Store) enqueueByArrays(ctx context.Context, op string, ids []string, re
 	}
 	n := len(s.q.deliveryArrays)
 	a := newArrayParams(s.q.deliveryArrays, len(ids), 24)
+	var r deliveryRow // every record's row in turn
+	f := newCopyFields(r.columns())
 	for _, id := range ids {
 		d := records[ledger.DeliveryID(id)]
-		r, err := newDeliveryRow(d)
+		row, err := newDeliveryRow(d)
 		if err != nil {
 			return false, err
 		}
-		a.record(enqueueCopyColumns(r.columns()), d.Metadata, !s.cfg.noHistory)
+		r = row
+		a.record(f, d.Metadata, !s.cfg.noHistory)
 	}
 	vals, err := a.values()
 	if err != nil {
@@ -237,13 +240,16 @@ func (o *Outbox) enqueueByArrays(ctx context.Context, op string, order []ledger.
 	}
 	n := len(s.q.entryArrays)
 	a := newArrayParams(s.q.entryArrays, len(order), 24)
+	var r outboxRow // every entry's row in turn
+	f := newCopyFields(r.columns())
 	for _, id := range order {
 		e := records[id]
-		r, err := newOutboxRow(e)
+		row, err := newOutboxRow(e)
 		if err != nil {
 			return false, err
 		}
-		a.record(enqueueCopyColumns(r.columns()), e.Envelope.Metadata, !s.cfg.noHistory)
+		r = row
+		a.record(f, e.Envelope.Metadata, !s.cfg.noHistory)
 	}
 	vals, err := a.values()
 	if err != nil {

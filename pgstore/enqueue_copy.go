@@ -119,20 +119,21 @@ func deadlocked(err error) bool {
 // order of ids, to a new copyWriter, and returns it with their number.
 func (s *Store) deliveryRows(ids []string, held map[ledger.DeliveryID]ledger.Delivery, records map[ledger.DeliveryID]ledger.Delivery, columns int) (*copyWriter, int, error) {
 	w := newCopyWriter(len(ids), 256)
+	var r deliveryRow // every record's row in turn
+	f := newCopyFields(r.columns())
 	n := 0
 	for _, id := range ids {
 		if _, ok := held[ledger.DeliveryID(id)]; ok {
 			continue
 		}
 		d := records[ledger.DeliveryID(id)]
-		r, err := newDeliveryRow(d)
+		row, err := newDeliveryRow(d)
 		if err != nil {
 			return nil, 0, err
 		}
+		r = row
 		w.row(columns)
-		for _, c := range enqueueCopyColumns(r.columns()) {
-			w.field(c)
-		}
+		w.fields(f)
 		w.metadata(d.Metadata)
 		w.boolean(!s.cfg.noHistory)
 		n++
@@ -145,20 +146,21 @@ func (s *Store) deliveryRows(ids []string, held map[ledger.DeliveryID]ledger.Del
 // with seqs, each row ends with its entry's enqueue_seq.
 func (o *Outbox) entryRows(ids []ledger.OutboxEntryID, held map[ledger.OutboxEntryID]ledger.OutboxEntry, records map[ledger.OutboxEntryID]ledger.OutboxEntry, seqs map[ledger.OutboxEntryID]int64, columns int) (*copyWriter, int, error) {
 	w := newCopyWriter(len(ids), 192)
+	var r outboxRow // every entry's row in turn
+	f := newCopyFields(r.columns())
 	n := 0
 	for _, id := range ids {
 		if _, ok := held[id]; ok {
 			continue
 		}
 		e := records[id]
-		r, err := newOutboxRow(e)
+		row, err := newOutboxRow(e)
 		if err != nil {
 			return nil, 0, err
 		}
+		r = row
 		w.row(columns)
-		for _, c := range enqueueCopyColumns(r.columns()) {
-			w.field(c)
-		}
+		w.fields(f)
 		w.metadata(e.Envelope.Metadata)
 		w.boolean(!o.s.cfg.noHistory)
 		if seqs != nil {
