@@ -33,7 +33,8 @@ func deliverEach(ctx context.Context, s *Store, claims []ledger.ClaimedEntry) <-
 // TestLingeringCallsWaitForAnotherCaller: two calls of one lingering
 // caller do not keep each other company, and nothing else is in flight,
 // so they wait; a call of another caller joins them, and one group
-// decides all three at once, without waiting out the linger.
+// decides all three at once, without waiting out the linger: the third
+// call gives up after half of it, and must not have to.
 func TestLingeringCallsWaitForAnotherCaller(t *testing.T) {
 	s, ctx := groupTestStore(t)
 	a, b := claimedBatch(ctx, t, s, "a", 2), claimedBatch(ctx, t, s, "b", 1)
@@ -41,7 +42,9 @@ func TestLingeringCallsWaitForAnotherCaller(t *testing.T) {
 	lingering := ledger.WithLinger(ctx, MaxGroupCommitWindow)
 	answers := deliverEach(lingering, s, a)
 	queued(t, q, 2)
-	r, err := s.Outbox().MarkClaimDelivered(ctx, b[0].Claim, ledger.EmissionResult{ProviderRef: "ref"})
+	hurried, cancel := context.WithTimeout(ctx, MaxGroupCommitWindow/2)
+	defer cancel()
+	r, err := s.Outbox().MarkClaimDelivered(hurried, b[0].Claim, ledger.EmissionResult{ProviderRef: "ref"})
 	require.NoError(t, err)
 	require.True(t, r.Applied())
 	for range a {
