@@ -424,12 +424,7 @@ func (s *Store) writeEntry(ctx context.Context, tx pgx.Tx, c entryChange) error 
 		return err
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q.updateEntry, updateArgs(c.before.Version, pointers(r.columns()))...)
-	if !s.cfg.noHistory {
-		var hist historyRows
-		hist.add(string(c.after.ID), c.t)
-		hist.queue(b, s.q.insertEntryHistory)
-	}
+	b.Queue(s.q.updateEntry, updateArgs(c.before.Version, pointers(r.columns()), entryParam(s.cfg.noHistory, c.t))...)
 	counts := outboxCounts{}
 	counts.change(&c.before, &c.after)
 	counts.queue(b, s.q, false)

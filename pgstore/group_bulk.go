@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leaseledger/ledger"
 )
 
 // This file writes the records a group changed back in one statement:
@@ -29,6 +31,12 @@ type bulkTable struct {
 	held   map[uint64]arrayStatement // heldStatement's
 }
 
+// historyBit in a mask of columns stands for the history column
+// (migrations/0012), which a write appends to rather than sets: its
+// statement takes one more array, the entries to append to each row
+// (historyLog.of). Tables have fewer columns than it takes to reach it.
+const historyBit = uint64(1) << 63
+
 // maxBulkStatements bounds the statements a bulkTable keeps: the sets of
 // columns the state machine's transitions change are few, and a mix of
 // calls in one group only unions them, so the bound is only a guard.
@@ -44,7 +52,8 @@ func newBulkTable(table string, cols []column) *bulkTable {
 
 // statement returns the UPDATE of the columns in mask (bit j: column j):
 // $1 the IDs, each once, $2 the versions read under the rows' locks,
-// then one array per column in mask, in column order. The rows are found
+// then one array per column in mask, in column order, then, when mask has
+// historyBit, the history entries to append. The rows are found
 // from the arrays through the primary key (unnestIDs says why), whatever
 // the planner believes of the table's size.
 //
@@ -73,6 +82,11 @@ func (t *bulkTable) statement(mask uint64) string {
 		aliases = append(aliases, name)
 		sets = append(sets, name+" = u."+name)
 	}
+	if mask&historyBit != 0 {
+		params = append(params, fmt.Sprintf("$%d::text[]", len(params)+1))
+		aliases = append(aliases, "hist")
+		sets = append(sets, historyAppend("t", "u.hist"))
+	}
 	sql := "WITH written AS (UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
 		" FROM " + unnestIDs(params, aliases) +
 		" WHERE t.id = u.id AND t.version = u.read_version RETURNING 1)" +
@@ -85,23 +99,27 @@ func (t *bulkTable) statement(mask uint64) string {
 
 // bulkWrite collects the changes of one group to the records of one
 // table: per record, its row as read and as the group's last change left
-// it. A record changed twice is written once.
+// it, and the history entries of every change. A record changed twice is
+// written once.
 type bulkWrite[R any] struct {
 	t    *bulkTable
 	row  func(R) ([]column, error)
 	ids  []string
 	read map[string][]column // the rows as the group read them
 	last map[string]R
+	hist *historyLog
 }
 
 // newBulkWrite starts the write-back of the rows read, which row maps
-// records to.
-func newBulkWrite[R any](t *bulkTable, read map[string][]column, row func(R) ([]column, error)) *bulkWrite[R] {
-	return &bulkWrite[R]{t: t, row: row, read: read, last: map[string]R{}}
+// records to, appending history entries unless noHistory.
+func newBulkWrite[R any](t *bulkTable, read map[string][]column, row func(R) ([]column, error), noHistory bool) *bulkWrite[R] {
+	return &bulkWrite[R]{t: t, row: row, read: read, last: map[string]R{}, hist: newHistoryLog(noHistory)}
 }
 
-// change records after as the new state of record id, which was read.
-func (w *bulkWrite[R]) change(id string, after R) {
+// change records after, which transition t made, as the new state of
+// record id, which was read.
+func (w *bulkWrite[R]) change(id string, after R, t ledger.Transition) {
+	w.hist.add(id, t)
 	if _, seen := w.last[id]; !seen {
 		w.ids = append(w.ids, id)
 	}
@@ -141,6 +159,14 @@ func (w *bulkWrite[R]) queue(b *pgx.Batch) error {
 			a.add(afters[i][j].ptr)
 		}
 		args = append(args, a.value())
+	}
+	if len(w.hist.byID) > 0 {
+		mask |= historyBit
+		hist := make([]*string, len(w.ids))
+		for i, id := range w.ids {
+			hist[i] = w.hist.of(id)
+		}
+		args = append(args, hist)
 	}
 	b.Queue(w.t.statement(mask), args...)
 	return nil

@@ -27,9 +27,8 @@ type recordKind[R any] struct {
 	// reuse returns a columns function that maps every record into one
 	// row, for a caller that reads a row's columns only until its next
 	// call: it allocates nothing per record but the row's own values.
-	reuse   func() func(R) ([]column, error)
-	history string // inserts the history entries (historyRows.queue)
-	clone   func(R) R
+	reuse func() func(R) ([]column, error)
+	clone func(R) R
 	// version is a record's version (settle.go).
 	version func(R) int64
 }
@@ -60,7 +59,6 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 				return cols, err
 			}
 		},
-		history: q.insertDeliveryHistory,
 		clone:   ledger.Delivery.Clone,
 		version: deliveryVersion,
 	}
@@ -88,7 +86,6 @@ func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] 
 				return cols, err
 			}
 		},
-		history: q.insertEntryHistory,
 		clone:   ledger.OutboxEntry.Clone,
 		version: entryVersion,
 	}
@@ -149,20 +146,15 @@ type counter[R any] interface {
 // entries, unless history is off; and, to go with the commit, the count
 // changes.
 func queueWrites[R any](s *Store, g *groupRecords[R], counts counter[R], w *groupWrites) error {
-	var hist historyRows
-	bulk := newBulkWrite(g.kind.table, g.read, g.kind.columns)
+	bulk := newBulkWrite(g.kind.table, g.read, g.kind.columns, s.cfg.noHistory)
 	for _, c := range g.changes {
 		id := g.kind.id(c.after)
-		if !s.cfg.noHistory {
-			hist.add(id, c.t)
-		}
 		counts.change(&c.before, &c.after)
-		bulk.change(id, c.after)
+		bulk.change(id, c.after, c.t)
 	}
 	if err := bulk.queue(w.b); err != nil {
 		return err
 	}
-	hist.queue(w.b, g.kind.history)
 	counts.queue(w.counts, s.q, false)
 	first := g.changes[0]
 	id := g.kind.id(first.after)

@@ -100,13 +100,13 @@ func newHeldState(schema string, q *queries) *heldState {
 		entries: heldKind[ledger.OutboxEntry]{
 			cache: newHeldRecords[ledger.OutboxEntry](),
 			kind:  newEntryRecords(schema, q),
-			tail: &heldTail{token: "claim_token", history: s + ".outbox_entry_history", counts: s + ".outbox_counts",
+			tail: &heldTail{token: "claim_token", counts: s + ".outbox_counts",
 				countKeys: []string{"status", "shard"}, countTypes: []string{"text", "smallint"}},
 		},
 		deliveries: heldKind[ledger.Delivery]{
 			cache: newHeldRecords[ledger.Delivery](),
 			kind:  newDeliveryRecords(schema, q),
-			tail: &heldTail{token: "lease_token", history: s + ".delivery_history", counts: s + ".delivery_counts",
+			tail: &heldTail{token: "lease_token", counts: s + ".delivery_counts",
 				countKeys:  []string{"target", "ceremony", "state", "cause_kind", "shard"},
 				countTypes: []string{"text", "text", "text", "text", "smallint"}},
 		},

@@ -14,16 +14,15 @@ import (
 // group of them, or a single call, is one statement, a transaction of its
 // own in one round trip, its parameters binary arrays written by the store
 // (arraySender, params.go). The statement updates the rows still
-// at the held version and token, and writes the history entries and
-// count changes of exactly those rows; the calls whose row moved on are
+// at the held version and token, appending their history entries, and
+// writes the count changes of exactly those rows; the calls whose row moved on are
 // decided again the ordinary way.
 
 // heldTail is what the held write of one kind of record names beside its
-// table: the column holding the token in force, the history table, and
-// the counts table with its key columns (and their SQL types), n last.
+// table: the column holding the token in force, and the counts table
+// with its key columns (and their SQL types), n last.
 type heldTail struct {
 	token      string
-	history    string
 	counts     string
 	countKeys  []string
 	countTypes []string
@@ -31,9 +30,10 @@ type heldTail struct {
 
 // heldStatement returns the held write of the columns in mask (bit j:
 // column j of t): $1 the IDs, $2 the versions and $3 the tokens held,
-// one array per column in mask, then the nine history arrays
-// (historyColumns) and the count changes: the ID, one array per key
-// column and the change. It returns the IDs of the rows it wrote.
+// one array per column in mask, then, when mask has historyBit, the
+// history entries to append (historyLog.of), and the count changes: the
+// ID, one array per key column and the change. It returns the IDs of the
+// rows it wrote.
 //
 // The rows are found from the arrays through the primary key, as in
 // bulkTable.statement (unnestIDs). The token is compared with IS NOT DISTINCT FROM,
@@ -57,11 +57,13 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 		aliases = append(aliases, name)
 		sets = append(sets, name+" = u."+name)
 	}
+	if mask&historyBit != 0 {
+		params = append(params, fmt.Sprintf("$%d::text[]", len(params)+1))
+		aliases = append(aliases, "hist")
+		sets = append(sets, historyAppend("t", "u.hist"))
+	}
 	n := len(params)
 	p := func(i int, typ string) string { return fmt.Sprintf("$%d::%s[]", n+i, typ) }
-	hist := fmt.Sprintf("unnest(%s, %s, %s, %s, %s, %s, %s, %s, %s) AS h(id, seq, op, from_state, to_state, outcome, actor, reason, at)",
-		p(1, "text"), p(2, "bigint"), p(3, "text"), p(4, "text"), p(5, "text"), p(6, "text"), p(7, "text"), p(8, "text"), p(9, "timestamptz"))
-	n += 9
 	countParams := []string{p(1, "text")}
 	for i, typ := range tail.countTypes {
 		countParams = append(countParams, p(2+i, typ))
@@ -71,9 +73,6 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 	sql := "WITH upd AS (UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
 		" FROM " + unnestIDs(params, aliases) +
 		" WHERE t.id = u.id AND t.version = u.read_version AND t." + tail.token + " IS NOT DISTINCT FROM u.read_token RETURNING t.id)," +
-		" hist AS (INSERT INTO " + tail.history + " (" + historyColumns + ") SELECT " +
-		fmt.Sprintf(historyValues, "h.id", "h.seq", "h.op", "h.from_state", "h.to_state", "h.outcome", "h.actor", "h.reason", "h.at") +
-		" FROM " + hist + " WHERE h.id IN (SELECT id FROM upd))," +
 		" cnt AS (INSERT INTO " + tail.counts + " AS c (" + keys + ", n) SELECT " + keys + ", sum(k.n)::bigint FROM unnest(" +
 		strings.Join(countParams, ", ") + ") AS k(id, " + keys + ", n) WHERE k.id IN (SELECT id FROM upd)" +
 		" GROUP BY " + keys + " HAVING sum(k.n) <> 0 ORDER BY " + keys +
@@ -99,14 +98,15 @@ type heldWrite[R any] struct {
 	last     map[string]R
 	afters   [][]column // the rows of last, in the order of ids
 	mask     uint64
-	hist     historyRows
+	hist     *historyLog
 	counts   heldCounts
 	// scratch maps a held record to its row, one at a time (recordKind.reuse).
 	scratch func(R) ([]column, error)
 }
 
-func newHeldWrite[R any](k *recordKind[R], tail *heldTail, counts heldCounts) *heldWrite[R] {
-	return &heldWrite[R]{kind: k, tail: tail, counts: counts, versions: map[string]int64{}, last: map[string]R{}, scratch: k.reuse()}
+func newHeldWrite[R any](k *recordKind[R], tail *heldTail, counts heldCounts, noHistory bool) *heldWrite[R] {
+	return &heldWrite[R]{kind: k, tail: tail, counts: counts, hist: newHistoryLog(noHistory),
+		versions: map[string]int64{}, last: map[string]R{}, scratch: k.reuse()}
 }
 
 // add records the write of after over held, whose claim or lease token
@@ -166,7 +166,15 @@ func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
 		}
 		arrays = append(arrays, a)
 	}
-	arrays = append(arrays, w.hist.arrays()...)
+	if len(w.hist.byID) > 0 {
+		mask |= historyBit
+		a := newBinArray(oidText, len(w.ids), 64)
+		for _, id := range w.ids {
+			h := w.hist.of(id)
+			a.value(column{"history", &h})
+		}
+		arrays = append(arrays, a)
+	}
 	arrays = append(arrays, w.counts.arrays()...)
 	params, err := finishArrays(arrays)
 	if err != nil {
@@ -262,7 +270,7 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 	now := ledger.Normalize(s.cfg.clock())
 	k := s.held.entries
 	counts := &heldEntryCounts{}
-	w := newHeldWrite(k.kind, k.tail, counts)
+	w := newHeldWrite(k.kind, k.tail, counts, s.cfg.noHistory)
 	picked := make([]int, 0, len(cs))
 	for i, c := range cs {
 		if shared[ids[i]] {
@@ -280,9 +288,7 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 			continue
 		}
 		ch := entryChangeOf(c.h, held, next)
-		if !s.cfg.noHistory {
-			w.hist.add(ids[i], ch.t)
-		}
+		w.hist.add(ids[i], ch.t)
 		counts.change(&held, &next)
 		picked = append(picked, i)
 	}
@@ -370,7 +376,7 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 	shared := repeated(ids)
 	k := s.held.deliveries
 	counts := &heldDeliveryCounts{}
-	w := newHeldWrite(k.kind, k.tail, counts)
+	w := newHeldWrite(k.kind, k.tail, counts, s.cfg.noHistory)
 	firsts := map[int]ledger.Delivery{} // the record a call's first step left, when it has two
 	picked := make([]int, 0, len(cs))
 	for i, c := range cs {
@@ -400,9 +406,7 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 			continue
 		}
 		for _, ch := range changes {
-			if !s.cfg.noHistory {
-				w.hist.add(ids[i], ch.t)
-			}
+			w.hist.add(ids[i], ch.t)
 		}
 		if c.then != nil {
 			firsts[i] = changes[0].after

@@ -1,10 +1,13 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/storekit"
@@ -101,39 +104,149 @@ func impliedCreation(first string, created time.Time) ledger.Transition {
 	return ledger.Transition{Seq: 1, Op: ledger.OpEnqueue, To: first, Outcome: ledger.OutcomeApplied, At: ledger.Normalize(created)}
 }
 
-// historyRows collects history entries column by column, for one INSERT
-// ... SELECT FROM unnest(...) of them all (see insertHistorySQL).
-type historyRows struct {
-	ids, ops, froms, tos, outcomes, actors, reasons []string
-	seqs                                            []int64
-	ats                                             []time.Time
+// historyLog collects the history entries that one write appends to its
+// records (see migrations/0012), by record: each record's entries as the
+// text of a JSON array, in the order they were added. A log made for a
+// store with history off collects nothing.
+type historyLog struct {
+	off  bool
+	byID map[string][]byte
 }
 
-func (h *historyRows) add(id string, t ledger.Transition) {
-	h.ids = append(h.ids, id)
-	h.seqs = append(h.seqs, t.Seq)
-	h.ops = append(h.ops, string(t.Op))
-	h.froms = append(h.froms, t.From)
-	h.tos = append(h.tos, t.To)
-	h.outcomes = append(h.outcomes, string(t.Outcome))
-	h.actors = append(h.actors, t.Actor)
-	h.reasons = append(h.reasons, t.Reason)
-	h.ats = append(h.ats, t.At)
+// newHistoryLog returns an empty log, which collects nothing when off.
+func newHistoryLog(off bool) *historyLog {
+	return &historyLog{off: off}
 }
 
-// arrays returns the collected rows as binary arrays, in the order of
-// historyColumns.
-func (h *historyRows) arrays() []binArray {
-	return []binArray{textArray(h.ids), int8Array(h.seqs), textArray(h.ops), textArray(h.froms), textArray(h.tos),
-		textArray(h.outcomes), textArray(h.actors), textArray(h.reasons), timeArray(h.ats)}
-}
-
-// queue adds the INSERT of the collected rows to b, if there are any.
-func (h *historyRows) queue(b *pgx.Batch, sql string) {
-	if len(h.ids) == 0 {
+// add appends t to the entries of record id.
+func (l *historyLog) add(id string, t ledger.Transition) {
+	if l.off {
 		return
 	}
-	b.Queue(sql, h.ids, h.seqs, h.ops, h.froms, h.tos, h.outcomes, h.actors, h.reasons, h.ats)
+	if l.byID == nil {
+		l.byID = map[string][]byte{}
+	}
+	l.byID[id] = appendEntry(l.byID[id], t)
+}
+
+// of returns the entries of record id, nil when there are none: the
+// parameter that appends them to the record's history (historyAppend).
+func (l *historyLog) of(id string) *string {
+	b, ok := l.byID[id]
+	if !ok {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// entryParam is the parameter that appends the single entry t to its
+// record's history, or nil when history is off.
+func entryParam(off bool, t ledger.Transition) *string {
+	if off {
+		return nil
+	}
+	s := string(appendEntry(nil, t))
+	return &s
+}
+
+// historyAppend is the SET clause that appends the entries of the
+// parameter p (text, a JSON array, or NULL for none) to the history of
+// the row aliased as alias ("" for an unaliased table).
+func historyAppend(alias, p string) string {
+	col := "history"
+	if alias != "" {
+		col = alias + ".history"
+	}
+	return fmt.Sprintf("history = CASE WHEN %[2]s IS NULL THEN %[1]s ELSE coalesce(%[1]s, '[]'::jsonb) || %[2]s::jsonb END", col, p)
+}
+
+// entryTime is the layout of an entry's time: microseconds, as
+// PostgreSQL keeps them, and an offset, as PostgreSQL writes one.
+const entryTime = "2006-01-02T15:04:05.999999Z07:00"
+
+// appendEntry appends t to buf, a JSON array of entries or empty, as the
+// array [seq, op, from, to, outcome, actor, reason, at] whose empty from,
+// actor and reason are null.
+func appendEntry(buf []byte, t ledger.Transition) []byte {
+	if len(buf) == 0 {
+		buf = append(buf, '[')
+	} else {
+		buf[len(buf)-1] = ','
+	}
+	buf = append(buf, '[')
+	buf = strconv.AppendInt(buf, t.Seq, 10)
+	for i, s := range [...]string{string(t.Op), t.From, t.To, string(t.Outcome), t.Actor, t.Reason} {
+		buf = append(buf, ',')
+		if s == "" && (i == 1 || i == 4 || i == 5) {
+			buf = append(buf, "null"...)
+			continue
+		}
+		buf = appendJSONString(buf, s)
+	}
+	buf = append(buf, ',', '"')
+	buf = ledger.Normalize(t.At).AppendFormat(buf, entryTime)
+	return append(buf, '"', ']', ']')
+}
+
+// appendJSONString appends s as a JSON string. Bytes outside ASCII go as
+// they are: PostgreSQL checks the encoding, as it does for text.
+func appendJSONString(buf []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20:
+			buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return append(buf, '"')
+}
+
+// parseEntries reads the history column of a record: a JSON array of
+// entries as appendEntry writes them, and as the grant statements build
+// them in SQL.
+func parseEntries(raw []byte) ([]ledger.Transition, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var entries [][8]json.RawMessage
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, fmt.Errorf("pgstore: history: %w", err)
+	}
+	out := make([]ledger.Transition, 0, len(entries))
+	for _, e := range entries {
+		var (
+			t      ledger.Transition
+			fields [6]*string
+			at     string
+		)
+		err := json.Unmarshal(e[0], &t.Seq)
+		for i := range fields {
+			if err == nil {
+				err = json.Unmarshal(e[i+1], &fields[i])
+			}
+		}
+		if err == nil {
+			err = json.Unmarshal(e[7], &at)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: history entry: %w", err)
+		}
+		when, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: history entry: %w", err)
+		}
+		t.Op, t.From, t.To = ledger.Operation(deref(fields[0])), deref(fields[1]), deref(fields[2])
+		t.Outcome, t.Actor, t.Reason = ledger.Outcome(deref(fields[3])), deref(fields[4]), deref(fields[5])
+		t.At = ledger.Normalize(when)
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // History returns the transitions of delivery id, oldest first (see
@@ -158,10 +271,13 @@ func (o *Outbox) EntryHistory(ctx context.Context, id ledger.OutboxEntryID) ([]l
 	return o.s.history(ctx, "entry history", o.s.q.entryHistory, string(id), string(ledger.OutboxStatusPending))
 }
 
-// history runs a history query: no row means no such record; one row
-// whose seq is NULL, a record without history rows. When the record's
-// creation is implied (see impliedCreation), its entry comes first,
-// made from the record: a record is created in state first.
+// history runs a history query (readHistory): no row means no such
+// record; one row whose seq is NULL, a record without rows in the history
+// table. The entries in the record's own history column follow those
+// rows, which were written before migrations/0012, and the whole is put
+// in seq order. When the record's creation is implied (see
+// impliedCreation), its entry comes first, made from the record: a
+// record is created in state first.
 func (s *Store) history(ctx context.Context, op, query, id, first string) ([]ledger.Transition, error) {
 	var out []ledger.Transition
 	err := s.read(ctx, op, func(db dbtx) error {
@@ -170,7 +286,12 @@ func (s *Store) history(ctx context.Context, op, query, id, first string) ([]led
 			return err
 		}
 		defer rows.Close()
-		found := false
+		var (
+			found   bool
+			own     []byte
+			implied bool
+			created time.Time
+		)
 		out = []ledger.Transition{}
 		for rows.Next() {
 			found = true
@@ -178,14 +299,9 @@ func (s *Store) history(ctx context.Context, op, query, id, first string) ([]led
 				seq                                      *int64
 				operation, from, to, outcome, actor, why *string
 				at                                       *time.Time
-				implied                                  bool
-				created                                  time.Time
 			)
-			if err := rows.Scan(&seq, &operation, &from, &to, &outcome, &actor, &why, &at, &implied, &created); err != nil {
+			if err := rows.Scan(&own, &seq, &operation, &from, &to, &outcome, &actor, &why, &at, &implied, &created); err != nil {
 				return err
-			}
-			if implied && len(out) == 0 {
-				out = append(out, impliedCreation(first, created))
 			}
 			if seq == nil {
 				continue // the record, without history rows
@@ -206,6 +322,15 @@ func (s *Store) history(ctx context.Context, op, query, id, first string) ([]led
 		}
 		if !found {
 			return ledger.ErrNotFound
+		}
+		entries, err := parseEntries(own)
+		if err != nil {
+			return err
+		}
+		out = append(out, entries...)
+		slices.SortStableFunc(out, func(a, b ledger.Transition) int { return cmp.Compare(a.Seq, b.Seq) })
+		if implied {
+			out = slices.Insert(out, 0, impliedCreation(first, created))
 		}
 		return nil
 	})

@@ -14,13 +14,18 @@ import (
 	"github.com/leaseledger/ledger/storekit"
 )
 
-// historyRows counts the rows of a history table ("delivery_history" or
-// "outbox_entry_history") of id, or of every record when id is empty,
-// straight from the table.
+// historyRows counts the history entries stored for id, or for every
+// record when id is empty, straight from the tables: the rows of a
+// history table ("delivery_history" or "outbox_entry_history") and the
+// entries in the history column of its records (migrations/0012).
 func historyRows(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, table, id string) int {
 	t.Helper()
+	records := map[string]string{"delivery_history": "deliveries", "outbox_entry_history": "outbox_entries"}[table]
+	require.NotEmpty(t, records, table)
 	var n int
-	require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q.%q WHERE $1 = '' OR id = $1`, schema, table), id).Scan(&n))
+	require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]q.%[2]q WHERE $1 = '' OR id = $1)
+		+ (SELECT coalesce(sum(jsonb_array_length(history)), 0) FROM %[1]q.%[3]q WHERE $1 = '' OR id = $1)`,
+		schema, table, records), id).Scan(&n))
 	return n
 }
 

@@ -147,15 +147,14 @@ const pairTokens = `), granted AS (
 // leaseTemplate is the lease statement: storekit.Delivery.Grant in SQL
 // (deliveryGrantSet) over up to $2 offerable rows of %[1]s matching %[2]s
 // in delivery order (offerableOrder), skipping rows other callers hold,
-// each paired with a token of $3. It writes each grant's history entry in
-// the same statement, when $13 is true, and returns the granted records
-// (%[3]s, unqualified column names) in delivery order: the order of the
-// records as they were offered, which the grant changed.
+// each paired with a token of $3. It appends each grant's history entry
+// to the record's own (migrations/0012) when $14 is true, and returns the
+// granted records (%[3]s, unqualified column names) in delivery order:
+// the order of the records as they were offered, which the grant changed.
 //
-// One statement instead of an UPDATE, a read-back of the old values and
-// an INSERT of the history: a lease's cost is then one round trip and
-// the rows it writes, and a batch of 100 costs little more than a batch
-// of 1. The history entry is storekit.DeliveryTransition of a grant, whose
+// One statement instead of an UPDATE and a read-back of the old values:
+// a lease's cost is then one round trip and the rows it writes, and a
+// batch of 100 costs little more than a batch of 1. The history entry is storekit.DeliveryTransition of a grant, whose
 // only varying parts are the state the record was in and, for a grant
 // over an expired lease, the reason, probed from the state machine (see
 // leaseReason). Parameters beside deliveryGrantSet's: $10 the operation,
@@ -171,15 +170,13 @@ WITH picked AS (
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 ` + pairTokens + `
-	UPDATE %[1]s AS d SET ` + deliveryGrantSet + `
+	UPDATE %[1]s AS d SET ` + deliveryGrantSet + `,
+	history = CASE WHEN $14::boolean THEN coalesce(d.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_array(
+		d.version + 1, $10::text, d.state, 'leased', $11::text, NULLIF($12::text, ''),
+		CASE WHEN d.state = 'leased' THEN NULLIF($13::text, '') END, $1::timestamptz)) ELSE d.history END
 	FROM granted
 	WHERE d.id = granted.id
 	RETURNING %[4]s, granted.was_state, granted.was_available_at
-), logged AS (
-	INSERT INTO %[5]s (` + historyColumns + `)
-	SELECT id, version, $10, was_state, state, $11, $12, CASE WHEN was_state = 'leased' THEN NULLIF($13, '') END, updated_at
-	FROM updated
-	WHERE $14::boolean
 )
 SELECT %[3]s FROM updated ORDER BY was_available_at, id`
 
@@ -219,31 +216,28 @@ func claimPicks(table string, n int, src claimSource) (ctes, union string) {
 // claimTemplate is leaseTemplate for the outbox: storekit.OutboxEntry.Grant
 // in SQL (outboxGrantSet) over up to $2 rows picked by %[2]s (the CTEs of
 // claimPicks) from %[3]s (their union), in (class, at, seq, id) order,
-// each paired with a token of $3, the history entries written by the same
-// statement when $8 is true, and the claimed entries (%[4]s) returned in
-// order %[7]s, which a claim does not change. A claim changes neither the
+// each paired with a token of $3, the history entries appended by the
+// same statement when $8 is true, and the claimed entries (%[4]s) returned
+// in order %[6]s, which a claim does not change. A claim changes neither the
 // status nor the last error, so its entry (storekit.EntryTransition) goes
 // from the status to itself and has no reason. Parameters beside
 // outboxGrantSet's: $6 the operation, $7 the outcome, $8 whether history
 // is on; the actor is the worker, $4. %[1]s is the table, %[5]s its columns
-// qualified by d, %[6]s the history table.
+// qualified by d.
 const claimTemplate = `
 WITH %[2]s, picked AS (
 	SELECT id FROM (%[3]s) AS c
 	ORDER BY class, at, seq, id
 	LIMIT $2
 ` + pairTokens + `
-	UPDATE %[1]s AS d SET ` + outboxGrantSet + `
+	UPDATE %[1]s AS d SET ` + outboxGrantSet + `,
+	history = CASE WHEN $8::boolean THEN coalesce(d.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_array(
+		d.version + 1, $6::text, d.status, d.status, $7::text, NULLIF($4::text, ''), NULL, $1::timestamptz)) ELSE d.history END
 	FROM granted
 	WHERE d.id = granted.id
 	RETURNING %[5]s, d.enqueue_seq
-), logged AS (
-	INSERT INTO %[6]s (` + historyColumns + `)
-	SELECT id, version, $6, status, status, $7, NULLIF($4, ''), NULL, updated_at
-	FROM updated
-	WHERE $8::boolean
 )
-SELECT %[4]s FROM updated ORDER BY %[7]s`
+SELECT %[4]s FROM updated ORDER BY %[6]s`
 
 // dueOrder orders what ClaimDue returns: retry-ready entries first, as
 // retryOrder, then pending ones, as pendingOrder.
@@ -289,10 +283,8 @@ type queries struct {
 	// (enqueueSeqName). See Outbox.enqueue.
 	reserveEnqueueSeqs, enqueueSeqName string
 
-	// The history (history.go): the multi-row inserts of entries, and
-	// the reads.
-	insertDeliveryHistory, insertEntryHistory string
-	deliveryHistory, entryHistory             string
+	// The reads of history (history.go).
+	deliveryHistory, entryHistory string
 
 	// The counts (stats.go): stats[byTarget][byCeremony] and outboxStats
 	// read them; add* change count rows, drop* delete the rows that
@@ -365,7 +357,7 @@ func newQueries(schema string) *queries {
 			ctes, unions = append(ctes, c), append(unions, u)
 		}
 		return fmt.Sprintf(claimTemplate, outbox, strings.Join(ctes, ", "), strings.Join(unions, " UNION ALL "),
-			strings.Join(ocols, ", "), qualified("d", ocols), entryHistory, order)
+			strings.Join(ocols, ", "), qualified("d", ocols), order)
 	}
 
 	q := &queries{
@@ -430,10 +422,8 @@ func newQueries(schema string) *queries {
 		reserveEnqueueSeqs: "SELECT pg_catalog.nextval($1::regclass) FROM pg_catalog.generate_series(1, $2::integer)",
 		enqueueSeqName:     s + ".outbox_entries_enqueue_seq",
 
-		insertDeliveryHistory: insertHistory(deliveryHistory),
-		insertEntryHistory:    insertHistory(entryHistory),
-		deliveryHistory:       readHistory(deliveries, deliveryHistory),
-		entryHistory:          readHistory(outbox, entryHistory),
+		deliveryHistory: readHistory(deliveries, deliveryHistory),
+		entryHistory:    readHistory(outbox, entryHistory),
 	}
 	// The count's ORDER BY is the index's own order: without it, the
 	// planner may read a target that holds most of the open rows from
@@ -451,8 +441,10 @@ func newQueries(schema string) *queries {
 			q.enqueueEntries[seq][notify] = newArrayStatement(arrayInsert(outbox, onames, q.entryArrays, seq == 1, notify == 1))
 		}
 	}
-	q.insertDelivery = "INSERT INTO " + deliveries + " (" + strings.Join(dcols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(dcols)) + ", false)"
-	q.insertEntry = "INSERT INTO " + outbox + " (" + strings.Join(ocols, ", ") + ", creation_implied) VALUES (" + placeholders(1, len(ocols)) + ", false)"
+	q.insertDelivery = "INSERT INTO " + deliveries + " (" + strings.Join(dcols, ", ") + ", creation_implied, history) VALUES (" +
+		placeholders(1, len(dcols)) + fmt.Sprintf(", false, $%d::text::jsonb)", len(dcols)+1)
+	q.insertEntry = "INSERT INTO " + outbox + " (" + strings.Join(ocols, ", ") + ", creation_implied, history) VALUES (" +
+		placeholders(1, len(ocols)) + fmt.Sprintf(", false, $%d::text::jsonb)", len(ocols)+1)
 	// Both walk the index of ended records (migrations/0004) from the
 	// position on, the keyset (ended_at, id).
 	redrivable := func(cols []string, table, state, filter string) string {
@@ -480,53 +472,41 @@ func newQueries(schema string) *queries {
 				where += fmt.Sprintf(" AND ceremony = $%d", next)
 			}
 			q.lease[b2i(byTargets)][b2i(byCeremony)] = fmt.Sprintf(leaseTemplate, deliveries, where,
-				strings.Join(dcols, ", "), qualified("d", dcols), deliveryHistory)
+				strings.Join(dcols, ", "), qualified("d", dcols))
 		}
 	}
 	return q
 }
 
-// historyColumns are the columns of a history table, in the order of
-// historyRows' arrays.
-const historyColumns = "id, seq, op, from_state, to_state, outcome, actor, reason, at"
-
-// historyValues are the values of historyColumns from the names of the
-// same columns (unnest's or parameters): empty strings are stored as NULL.
-const historyValues = "%s, %s, %s, NULLIF(%s, ''), %s, %s, NULLIF(%s, ''), NULLIF(%s, ''), %s"
-
-// insertHistory returns the insert of many history rows, one array per
-// column (see historyRows).
-func insertHistory(table string) string {
-	return "INSERT INTO " + table + " (" + historyColumns + ") SELECT " +
-		fmt.Sprintf(historyValues, "id", "seq", "op", "from_state", "to_state", "outcome", "actor", "reason", "at") +
-		` FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-			$9::timestamptz[]) AS u(id, seq, op, from_state, to_state, outcome, actor, reason, at)`
-}
-
 // readHistory returns the history of the record $1 of table: no row when
-// there is no such record, one row of NULLs when it has no history rows,
-// else its rows in order; every row also carries whether the record's
-// creation is implied (migrations/0008) and when it was created.
+// there is no such record, one row of NULLs when it has no rows in the
+// history table, else those rows in order; every row also carries the
+// record's own history column (migrations/0012), whether its creation is
+// implied (migrations/0008) and when it was created.
 func readHistory(table, history string) string {
-	return "SELECT h.seq, h.op, h.from_state, h.to_state, h.outcome, h.actor, h.reason, h.at, r.creation_implied, r.created_at FROM " +
+	return "SELECT r.history, h.seq, h.op, h.from_state, h.to_state, h.outcome, h.actor, h.reason, h.at, r.creation_implied, r.created_at FROM " +
 		table + " AS r LEFT JOIN " + history + " AS h ON h.id = r.id WHERE r.id = $1 ORDER BY h.seq"
 }
 
 // update returns the write-back of a whole record: $1 the ID, $2 the
 // version the caller read (under its row lock, so the check is a second
-// guard, never the first), then every column but id. cols must start with
+// guard, never the first), then every column but id, then the history
+// entries to append (historyLog.of; NULL for none). cols must start with
 // id.
 func update(table string, cols []string) string {
 	return "UPDATE " + table + " SET (" + strings.Join(cols[1:], ", ") + ") = (" +
-		placeholders(3, len(cols)-1) + ") WHERE id = $1 AND version = $2"
+		placeholders(3, len(cols)-1) + "), " + historyAppend("", fmt.Sprintf("$%d::text", len(cols)+2)) +
+		" WHERE id = $1 AND version = $2"
 }
 
 // updateArgs returns the arguments of an update statement for a row whose
-// column pointers are ptrs (id first).
-func updateArgs(oldVersion int64, ptrs []any) []any {
-	args := make([]any, 0, len(ptrs)+1)
+// column pointers are ptrs (id first), appending the history entries
+// hist (nil for none).
+func updateArgs(oldVersion int64, ptrs []any, hist *string) []any {
+	args := make([]any, 0, len(ptrs)+2)
 	args = append(args, ptrs[0], oldVersion)
-	return append(args, ptrs[1:]...)
+	args = append(args, ptrs[1:]...)
+	return append(args, hist)
 }
 
 func placeholders(from, n int) string {

@@ -161,7 +161,6 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 	var (
 		changes  []deliveryChange
 		inserts  []ledger.Delivery
-		hist     historyRows
 		at       = map[ledger.DeliveryID]int{} // the result of each new record
 		newTargs []ledger.Target
 	)
@@ -181,9 +180,6 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 			results[i].Redriven = fresh
 			at[fresh.ID] = i
 			newTargs = append(newTargs, fresh.Target)
-			if !s.cfg.noHistory {
-				hist.add(string(fresh.ID), storekit.DeliveryCreation(&fresh))
-			}
 		}
 	}
 	if len(inserts) == 0 {
@@ -199,9 +195,9 @@ func (s *Store) redrive(ctx context.Context, tx pgx.Tx, ds []ledger.Delivery, ne
 		if err != nil {
 			return nil, err
 		}
-		b.Queue(s.q.insertDelivery, append(pointers(r.columns()), md)...)
+		creation := storekit.DeliveryCreation(&d)
+		b.Queue(s.q.insertDelivery, append(pointers(r.columns()), md, entryParam(s.cfg.noHistory, creation))...)
 	}
-	hist.queue(b, s.q.insertDeliveryHistory)
 	if _, err := execBatch(ctx, tx, b); err != nil {
 		return nil, err
 	}
@@ -359,7 +355,6 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 	}
 	results := make([]ledger.RedriveEntryResult, len(es))
 	b := &pgx.Batch{}
-	var hist historyRows
 	var updates int
 	for i, e := range es {
 		ex, taken := existing[ledger.OutboxEntryID(ids[i])]
@@ -381,23 +376,20 @@ func (o *Outbox) redrive(ctx context.Context, tx pgx.Tx, es []ledger.OutboxEntry
 			if err != nil {
 				return nil, err
 			}
-			b.Queue(s.q.insertEntry, append(pointers(nr.columns()), md)...)
+			creation := storekit.EntryCreation(&fresh)
+			b.Queue(s.q.insertEntry, append(pointers(nr.columns()), md, entryParam(s.cfg.noHistory, creation))...)
 			or, err := newOutboxRow(orig)
 			if err != nil {
 				return nil, err
 			}
-			b.Queue(s.q.updateEntry, updateArgs(e.Version, pointers(or.columns()))...)
+			redriven := entryChangeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, e, orig).t
+			b.Queue(s.q.updateEntry, updateArgs(e.Version, pointers(or.columns()), entryParam(s.cfg.noHistory, redriven))...)
 			updates++
-			if !s.cfg.noHistory {
-				hist.add(string(fresh.ID), storekit.EntryCreation(&fresh))
-				hist.add(string(orig.ID), entryChangeOf(how{op: ledger.OpRedrive, actor: ledger.ActorFrom(ctx)}, e, orig).t)
-			}
 		}
 	}
 	if updates == 0 {
 		return results, nil
 	}
-	hist.queue(b, s.q.insertEntryHistory)
 	done, err := execBatch(ctx, tx, b)
 	if err != nil {
 		return nil, err

@@ -338,7 +338,6 @@ func collectDeliveries(rows pgx.Rows) ([]ledger.Delivery, error) {
 // transaction (see Lease).
 func (s *Store) writeDeliveries(ctx context.Context, tx pgx.Tx, cs []deliveryChange, counts deliveryCounts) error {
 	b := &pgx.Batch{}
-	var hist historyRows
 	flush := counts == nil
 	if flush {
 		counts = deliveryCounts{}
@@ -348,14 +347,10 @@ func (s *Store) writeDeliveries(ctx context.Context, tx pgx.Tx, cs []deliveryCha
 		if err != nil {
 			return err
 		}
-		b.Queue(s.q.updateDelivery, updateArgs(c.before.Version, pointers(r.columns()))...)
-		if !s.cfg.noHistory {
-			hist.add(string(c.after.ID), c.t)
-		}
+		b.Queue(s.q.updateDelivery, updateArgs(c.before.Version, pointers(r.columns()), entryParam(s.cfg.noHistory, c.t))...)
 		counts.change(&c.before, &c.after)
 	}
 	updates := b.Len()
-	hist.queue(b, s.q.insertDeliveryHistory)
 	if flush {
 		counts.queue(b, s.q, false)
 	}

@@ -146,7 +146,7 @@ func txStatus(ctx context.Context, t *testing.T, s *Store) byte {
 }
 
 // TestOneTripClaimThatFailsCommitsNothing: a claim whose statement fails
-// in the server (here a trigger on its history refuses the entries)
+// in the server (here a trigger refuses the claimed rows)
 // answers that error, not an unknown outcome, and no entry is claimed.
 func TestOneTripClaimThatFailsCommitsNothing(t *testing.T) {
 	s, _, ctx := tripStore(t)
@@ -156,7 +156,7 @@ func TestOneTripClaimThatFailsCommitsNothing(t *testing.T) {
 	schema := pgx.Identifier{s.cfg.schema}.Sanitize()
 	for _, sql := range []string{
 		`CREATE FUNCTION ` + schema + `.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
-		`CREATE TRIGGER refuse AFTER INSERT ON ` + schema + `.outbox_entry_history FOR EACH ROW EXECUTE FUNCTION ` + schema + `.refuse()`,
+		`CREATE TRIGGER refuse BEFORE UPDATE ON ` + schema + `.outbox_entries FOR EACH ROW EXECUTE FUNCTION ` + schema + `.refuse()`,
 	} {
 		_, err := s.pool.Exec(ctx, sql)
 		require.NoError(t, err)

@@ -62,6 +62,7 @@ deliveries.creation_implied boolean NOT NULL DEFAULT false
 deliveries.redriven_from text COLLATE "C"
 deliveries.redriven_to text COLLATE "C"
 deliveries.metadata jsonb
+deliveries.history jsonb
 delivery_counts.target text COLLATE "C" NOT NULL
 delivery_counts.ceremony text COLLATE "C" NOT NULL
 delivery_counts.state text NOT NULL
@@ -117,6 +118,7 @@ outbox_entries.creation_implied boolean NOT NULL DEFAULT false
 outbox_entries.redriven_from text COLLATE "C"
 outbox_entries.redriven_to text COLLATE "C"
 outbox_entries.metadata jsonb
+outbox_entries.history jsonb
 outbox_entry_history.id text COLLATE "C" NOT NULL
 outbox_entry_history.seq bigint NOT NULL
 outbox_entry_history.op text NOT NULL
