@@ -144,16 +144,17 @@
 //
 // # History and stats
 //
-// Every applied transition of a delivery or an outbox entry writes a row
-// to delivery_history or outbox_entry_history in the transaction of the
-// transition, so a rolled-back transition (a failed call, or the caller's
-// transaction under WithTx) leaves no row, and a committed one always
-// has its row. Store.History and Outbox.EntryHistory read them (see
-// ledger.Historian); a purge deletes them with their record. The rows are
-// queued with the statements that write the records back, so a
-// single-record transition costs no extra round trip; an enqueue, a Lease
-// and a claim write theirs in the same statement as the records.
-// WithoutHistory turns recording off.
+// Every applied transition of a delivery or an outbox entry appends its
+// history entry to the record's own history column (migration 0012), in
+// the UPDATE that writes the record: a rolled-back transition (a failed
+// call, or the caller's transaction under WithTx) leaves no entry, a
+// committed one always has its entry, and history costs no row, index
+// entry or statement of its own. The creation's entry is implied by the
+// record. Store.History and Outbox.EntryHistory read the entries (see
+// ledger.Historian), together with any rows of delivery_history and
+// outbox_entry_history, where entries were kept before migration 0012 and
+// which migration 0013 moves into the records batch by batch; a purge
+// deletes both with their record. WithoutHistory turns recording off.
 //
 // Store.Stats and Outbox.OutboxStats (see ledger.StatsReporter) count open
 // records through the partial indexes on open rows, which the lease and

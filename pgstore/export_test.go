@@ -6,10 +6,12 @@ import (
 )
 
 // What the external tests (package pgstore_test) borrow from the internal
-// ones: the explain fixture's raw inserts of terminal records.
+// ones: the explain fixture's raw inserts of terminal records, and the
+// migration runner's splitter of statements.
 var (
 	InsertTerminalDeliveries = insertTerminalDeliveries
 	InsertTerminalEntries    = insertTerminalEntries
+	SplitStatements          = splitStatements
 )
 
 // MigrateWith is Migrate with the migration files at the root of extra

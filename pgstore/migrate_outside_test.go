@@ -181,12 +181,11 @@ func TestMigrationSQL(t *testing.T) {
 		require.Equal(t, filepath.Base(files[i])[:4], b.id[:4])
 		if strings.Contains(b.sql, "\n-- pgstore:no-transaction\n") {
 			// One statement at a time, each its own implicit transaction,
-			// as the version's marker asks. (Its statements hold no
-			// semicolon but the one that ends them.)
-			for _, stmt := range strings.SplitAfter(b.sql, ";\n") {
-				if strings.TrimSpace(stmt) == "" {
-					continue
-				}
+			// as the version's marker asks: split as a tool that knows
+			// SQL's quoting splits it (a DO block holds semicolons).
+			stmts, err := pgstore.SplitStatements(b.sql)
+			require.NoError(t, err, b.id)
+			for _, stmt := range stmts {
 				_, err = pool.Exec(ctx, stmt)
 				require.NoError(t, err, "%s: %s", b.id, stmt)
 			}

@@ -26,9 +26,10 @@ import (
 //	-- pgstore:no-transaction
 //
 // which must run outside a transaction, one statement at a time (its
-// index builds use CREATE INDEX CONCURRENTLY); its statements are
-// idempotent, so an interrupted run can be repeated, after dropping any
-// index the interruption left INVALID. A schema name that WithSchema
+// index builds use CREATE INDEX CONCURRENTLY, and its data moves are DO
+// blocks that commit batch by batch); its statements are idempotent, so
+// an interrupted run can be repeated, after dropping any index the
+// interruption left INVALID. A schema name that WithSchema
 // would refuse is ErrInvalid. The output is the form for PostgreSQL: on
 // Citus, Migrate applies other forms of a few versions (see
 // migrations/README.md), so migrate a Citus database with Migrate.
