@@ -96,27 +96,29 @@ type heldWrite[R any] struct {
 	tokens   []string
 	versions map[string]int64 // as held
 	last     map[string]R
-	afters   [][]column // the rows of last, in the order of ids
 	mask     uint64
 	hist     *historyLog
 	counts   heldCounts
-	// scratch maps a held record to its row, one at a time (recordKind.reuse).
-	scratch func(R) ([]column, error)
+	// held and after map a held record and the record a call leaves to
+	// their rows, one at a time (recordKind.reuse): the rows are compared
+	// when a call is added and written into the arrays when the statement
+	// is built, so that no row of a group is kept.
+	held, after func(R) ([]column, error)
 }
 
 func newHeldWrite[R any](k *recordKind[R], tail *heldTail, counts heldCounts, noHistory bool) *heldWrite[R] {
 	return &heldWrite[R]{kind: k, tail: tail, counts: counts, hist: newHistoryLog(noHistory),
-		versions: map[string]int64{}, last: map[string]R{}, scratch: k.reuse()}
+		versions: map[string]int64{}, last: map[string]R{}, held: k.reuse(), after: k.reuse()}
 }
 
 // add records the write of after over held, whose claim or lease token
 // is token, and the columns it changes.
 func (w *heldWrite[R]) add(id, token string, held, after R) error {
-	before, err := w.scratch(held)
+	before, err := w.held(held)
 	if err != nil {
 		return err
 	}
-	cols, err := w.kind.columns(after)
+	cols, err := w.after(after)
 	if err != nil {
 		return err
 	}
@@ -130,7 +132,6 @@ func (w *heldWrite[R]) add(id, token string, held, after R) error {
 	w.tokens = append(w.tokens, token)
 	w.versions[id] = *before[version].ptr.(*int64)
 	w.last[id] = after
-	w.afters = append(w.afters, cols)
 	return nil
 }
 
@@ -156,15 +157,22 @@ func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
 		versions[i] = w.versions[id]
 	}
 	arrays := []binArray{textArray(w.ids), int8Array(versions), textArray(w.tokens)}
+	var written []int // the columns written, in order
 	for j := 1; j < len(t.names); j++ {
-		if mask&(1<<j) == 0 {
-			continue
+		if mask&(1<<j) != 0 {
+			written = append(written, j)
+			arrays = append(arrays, newBinArray(typeOID(t.types[j]), len(w.ids), 16))
 		}
-		a := newBinArray(typeOID(t.types[j]), len(w.afters), 16)
-		for _, cols := range w.afters {
-			a.value(cols[j])
+	}
+	columns := arrays[3:]
+	for _, id := range w.ids {
+		cols, err := w.after(w.last[id])
+		if err != nil {
+			return arrayStatement{}, nil, err
 		}
-		arrays = append(arrays, a)
+		for k, j := range written {
+			columns[k].value(cols[j])
+		}
 	}
 	if len(w.hist.byID) > 0 {
 		mask |= historyBit
@@ -377,7 +385,7 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 	k := s.held.deliveries
 	counts := &heldDeliveryCounts{}
 	w := newHeldWrite(k.kind, k.tail, counts, s.cfg.noHistory)
-	firsts := map[int]ledger.Delivery{} // the record a call's first step left, when it has two
+	var firsts []ledger.Delivery // by call: the record a call's first step left, when it has two
 	picked := make([]int, 0, len(cs))
 	for i, c := range cs {
 		if shared[ids[i]] || c.fence != nil {
@@ -393,23 +401,26 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		if outcome != ledger.OutcomeApplied {
 			continue
 		}
-		changes := []deliveryChange{changeOf(c.h, held, next)}
+		first := next
+		steps := [2]ledger.Transition{transitionOf(c.h, held, next)}
 		if c.then != nil {
 			done, outcome := c.then(next, nil)
 			if outcome != ledger.OutcomeApplied {
 				continue
 			}
-			changes = append(changes, changeOf(c.thenHow, next, done))
+			steps[1] = transitionOf(c.thenHow, next, done)
 			next = done
 		}
 		if w.add(ids[i], string(held.Lease.Token), held, next) != nil {
 			continue
 		}
-		for _, ch := range changes {
-			w.hist.add(ids[i], ch.t)
-		}
+		w.hist.add(ids[i], steps[0])
 		if c.then != nil {
-			firsts[i] = changes[0].after
+			w.hist.add(ids[i], steps[1])
+			if firsts == nil {
+				firsts = make([]ledger.Delivery, len(cs))
+			}
+			firsts[i] = first
 		}
 		counts.change(&held, &next)
 		picked = append(picked, i)
@@ -424,8 +435,8 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 	}
 	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.DeliveryResult {
 		after := w.last[ids[i]]
-		if first, ok := firsts[i]; ok {
-			*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: first.Clone()}
+		if cs[i].then != nil {
+			*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: firsts[i].Clone()}
 		}
 		s.held.keepDelivery(after)
 		return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: after.Clone()}

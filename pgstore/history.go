@@ -69,6 +69,11 @@ type deliveryChange = change[ledger.Delivery]
 // bumps Version by exactly one and a record starts at 1, so the entries
 // of a record are numbered 1, 2, 3, ... as ledger.Transition asks.
 func changeOf(h how, before, after ledger.Delivery) deliveryChange {
+	return deliveryChange{before: before, after: after, t: transitionOf(h, before, after)}
+}
+
+// transitionOf is the history entry of changeOf's change, alone.
+func transitionOf(h how, before, after ledger.Delivery) ledger.Transition {
 	actor := h.actor
 	if h.holder && before.Lease != nil {
 		actor = before.Lease.Owner.String()
@@ -78,7 +83,7 @@ func changeOf(h how, before, after ledger.Delivery) deliveryChange {
 	if h.reason != nil {
 		t.Reason = *h.reason
 	}
-	return deliveryChange{before: before, after: after, t: t}
+	return t
 }
 
 // entryChange is one applied transition of an outbox entry.
@@ -161,6 +166,10 @@ func historyAppend(alias, p string) string {
 	return fmt.Sprintf("history = CASE WHEN %[2]s IS NULL THEN %[1]s ELSE coalesce(%[1]s, '[]'::jsonb) || %[2]s::jsonb END", col, p)
 }
 
+// entrySize is room for a typical entry, so that one is written without
+// growing its buffer.
+const entrySize = 160
+
 // entryTime is the layout of an entry's time: microseconds, as
 // PostgreSQL keeps them, and an offset, as PostgreSQL writes one.
 const entryTime = "2006-01-02T15:04:05.999999Z07:00"
@@ -170,7 +179,7 @@ const entryTime = "2006-01-02T15:04:05.999999Z07:00"
 // actor and reason are null.
 func appendEntry(buf []byte, t ledger.Transition) []byte {
 	if len(buf) == 0 {
-		buf = append(buf, '[')
+		buf = append(make([]byte, 0, entrySize), '[')
 	} else {
 		buf[len(buf)-1] = ','
 	}
