@@ -81,7 +81,7 @@ func TestSplitStatements(t *testing.T) {
 			require.NotEmpty(t, stmts, m.id())
 			for _, st := range stmts {
 				first := strings.Fields(st)[0]
-				assert.Contains(t, []string{"CREATE", "ALTER", "DROP", "UPDATE", "INSERT", "SELECT"}, first, "%s: %q", m.id(), st)
+				assert.Contains(t, []string{"CREATE", "ALTER", "DROP", "UPDATE", "INSERT", "SELECT", "DO"}, first, "%s: %q", m.id(), st)
 			}
 		}
 	})
