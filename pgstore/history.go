@@ -20,21 +20,23 @@ var (
 )
 
 // This file records and reads the history of records (see
-// migrations/0005_history_and_counts.sql). Every entry is built in Go by
-// the root package (storekit.DeliveryTransition, storekit.EntryTransition)
+// migrations/0012_history_in_the_record.sql). Every entry is built in Go
+// by the store kit (storekit.DeliveryTransition, storekit.EntryTransition)
 // from the record before and after the change, so that both stores write
-// the same histories, and inserted in the transaction of the change:
-// queued in the pgx.Batch that writes the records back (one multi-row
-// INSERT per batch, so no round trip of its own), folded into the INSERT
-// of an enqueue, or, for the grants, which are one UPDATE in SQL, sent
-// right after it.
+// the same histories, and appended to the record's history column by the
+// UPDATE that writes the change (historyAppend): no row, index entry or
+// statement of its own. The grants, which are one UPDATE in SQL, build
+// the same entry there. The entry of a record's creation is implied by
+// the record (migrations/0008). Entries written before migration 0012 are
+// rows of the history tables, which History reads beside the column.
 
 // WithoutHistory switches history recording off for the Store and its
-// Outbox: transitions then write no history row, and History and
+// Outbox: transitions then append no history entry, and History and
 // EntryHistory answer an empty (non-nil) slice for a record written
 // meanwhile. The counts behind Stats are kept either way. A store that
-// never reads its history saves the rows and the time to write them
-// (about one row per transition; see the package documentation).
+// never reads its history saves the entries' bytes in every record and
+// in the WAL (about a hundred bytes per transition; see the package
+// documentation).
 func WithoutHistory() Option {
 	return func(c *config) { c.noHistory = true }
 }
@@ -259,8 +261,8 @@ func parseEntries(raw []byte) ([]ledger.Transition, error) {
 }
 
 // History returns the transitions of delivery id, oldest first (see
-// ledger.Historian), in one statement that reads the record's key and its
-// history rows together. With WithoutHistory, or for a record written
+// ledger.Historian), in one statement that reads the record's history
+// column and any rows of the history table together. With WithoutHistory, or for a record written
 // only while history was off, the answer is an empty, non-nil slice.
 // Errors: ErrInvalid for a malformed ID, ErrNotFound for an unknown (or
 // purged) one, ctx.Err(), and database errors wrapped with the operation.

@@ -18,8 +18,8 @@ var (
 )
 
 // purgeTemplate deletes up to $2 rows of table %[1]s that ended before $1,
-// oldest ended_at first, then id, in one statement, together with their
-// history rows in %[2]s, and returns the columns %[3]s of the deleted
+// oldest ended_at first, then id, in one statement, together with any
+// history rows in %[2]s (written before migrations/0012), and returns the columns %[3]s of the deleted
 // rows, from which the caller takes them off the terminal counts. ended_at
 // IS NOT NULL is ledger's Terminal (a CHECK constraint ties the two), so
 // the predicate mirrors storekit.Delivery.Purgeable and storekit.OutboxEntry.Purgeable, and

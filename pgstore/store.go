@@ -69,7 +69,7 @@ type config struct {
 	notify     bool // NOTIFY on enqueue (WithNotify)
 	// wakeInterval spaces the values of Listen (WithWakeInterval).
 	wakeInterval time.Duration
-	noHistory    bool // write no history rows (WithoutHistory)
+	noHistory    bool // append no history entries (WithoutHistory)
 	// Clock skew (clock.go): decide on the database's clock, and warn
 	// through logger when a caller's now is further than skewThreshold
 	// from it.
