@@ -141,27 +141,12 @@ func TestHistoryMoveOnALargeTable(t *testing.T) {
 // transition that appends an entry to a record whose earlier entries may
 // be in the batch being moved.
 func startTransitionWriter(ctx context.Context, s *pgstore.Store, leased []ledger.LeasedDelivery) *writer {
-	w := &writer{stopping: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for n := 0; ; n++ {
-			select {
-			case <-w.stopping:
-				return
-			default:
-			}
-			start := time.Now()
-			l := leased[n%len(leased)]
-			res, err := s.RenewLease(ctx, l.Lease, t0.Add(time.Duration(n)*time.Millisecond), time.Hour)
-			if err == nil && !res.Applied() {
-				err = fmt.Errorf("renew %s: %s", l.Delivery.ID, res.Outcome)
-			}
-			if err != nil {
-				w.err = err
-				return
-			}
-			w.writes = append(w.writes, write{start, time.Now()})
+	return startWrites(func(n int) error {
+		l := leased[n%len(leased)]
+		res, err := s.RenewLease(ctx, l.Lease, t0.Add(time.Duration(n)*time.Millisecond), time.Hour)
+		if err == nil && !res.Applied() {
+			err = fmt.Errorf("renew %s: %s", l.Delivery.ID, res.Outcome)
 		}
-	}()
-	return w
+		return err
+	})
 }

@@ -116,10 +116,20 @@ type writer struct {
 	err      error
 }
 
-// startWriter starts a writer on s. Its writes use ctx: one in flight
-// when the writer is stopped is waited for, so that a write a migration
-// held up is counted with its whole wait.
+// startWriter starts a writer on s that enqueues. Its writes use ctx:
+// one in flight when the writer is stopped is waited for, so that a write
+// a migration held up is counted with its whole wait.
 func startWriter(ctx context.Context, s *pgstore.Store) *writer {
+	return startWrites(func(n int) error {
+		id := ledger.DeliveryID(fmt.Sprintf("w-%d-%d", time.Now().UnixNano(), n))
+		_, err := s.Enqueue(ctx, ledger.EnqueueRequest{ID: id, Target: "writer"}, t0)
+		return err
+	})
+}
+
+// startWrites starts a writer that makes write n with do, one after the
+// other, until stopped or do fails.
+func startWrites(do func(n int) error) *writer {
 	w := &writer{stopping: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -130,8 +140,7 @@ func startWriter(ctx context.Context, s *pgstore.Store) *writer {
 			default:
 			}
 			start := time.Now()
-			id := ledger.DeliveryID(fmt.Sprintf("w-%d-%d", start.UnixNano(), n))
-			if _, err := s.Enqueue(ctx, ledger.EnqueueRequest{ID: id, Target: "writer"}, t0); err != nil {
+			if err := do(n); err != nil {
 				w.err = err
 				return
 			}
