@@ -227,8 +227,9 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 		tokens[i] = string(storekit.NewToken())
 	}
 	var out []ledger.ClaimedEntry
+	entry := claimEntryArgs(req.Worker, now)
 	args := []any{now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
-		string(ledger.OpClaim), string(ledger.OutcomeApplied), !s.cfg.noHistory}
+		entry[0], entry[1], !s.cfg.noHistory}
 	var r outboxRow
 	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
 	scan := func(rows pgx.Rows) error {

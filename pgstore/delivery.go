@@ -218,9 +218,10 @@ func (s *Store) leaseStatement(filter ledger.LeaseFilter, owner ledger.Owner, no
 	for i := range tokens {
 		tokens[i] = string(storekit.NewToken())
 	}
+	entry := leaseEntryArgs(owner.String(), now, s.q.grantReason)
 	args := []any{now, limit, tokens, owner.Agent, owner.Incarnation, now.Add(duration.Truncate(time.Microsecond)),
 		string(s.q.grantFailure.Kind), s.q.grantFailure.Message, s.q.grantFailure.Permanent,
-		string(ledger.OpLease), string(ledger.OutcomeApplied), owner.String(), s.q.grantReason, !s.cfg.noHistory}
+		entry[0], entry[1], entry[2], entry[3], !s.cfg.noHistory}
 	byTargets, byCeremony := len(filter.Targets) > 0, filter.Ceremony != ""
 	if byTargets {
 		ts := make([]string, len(filter.Targets))

@@ -91,12 +91,13 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 	f, reason := grantProbe()
 	// leaseArgs are the parameters of the lease statements as grant binds
 	// them, for a batch of len(tokens).
+	entry := leaseEntryArgs(explainOwner.String(), now, reason)
 	leaseArgs := func(filters ...any) []any {
 		return append([]any{now, len(tokens), tokens, explainOwner.Agent, explainOwner.Incarnation, expiry,
-			string(f.Kind), f.Message, f.Permanent, string(ledger.OpLease), string(ledger.OutcomeApplied),
-			explainOwner.String(), reason, true}, filters...)
+			string(f.Kind), f.Message, f.Permanent, entry[0], entry[1], entry[2], entry[3], true}, filters...)
 	}
-	claimArgs := []any{now, len(tokens), tokens, "worker-1", expiry, string(ledger.OpClaim), string(ledger.OutcomeApplied), true}
+	claimEntry := claimEntryArgs("worker-1", now)
+	claimArgs := []any{now, len(tokens), tokens, "worker-1", expiry, claimEntry[0], claimEntry[1], true}
 	cases := []struct {
 		name  string
 		sql   string

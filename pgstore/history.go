@@ -195,9 +195,49 @@ func appendEntry(buf []byte, t ledger.Transition) []byte {
 		}
 		buf = appendJSONString(buf, s)
 	}
-	buf = append(buf, ',', '"')
-	buf = ledger.Normalize(t.At).AppendFormat(buf, entryTime)
-	return append(buf, '"', ']', ']')
+	buf = append(buf, ',')
+	buf = append(buf, jsonTime(t.At)...)
+	return append(buf, ']', ']')
+}
+
+// leaseEntryArgs are the parts of a lease's history entry that do not
+// come from the row, as JSON text, for leaseTemplate's $10 to $13: the
+// operation; the new state, the outcome and the actor; the time; the
+// reason of a grant over an expired lease.
+func leaseEntryArgs(actor string, now time.Time, reason string) [4]string {
+	return [4]string{
+		jsonText(string(ledger.OpLease)),
+		jsonText(string(ledger.DeliveryStateLeased)) + "," + jsonText(string(ledger.OutcomeApplied)) + "," + jsonOptText(actor),
+		jsonTime(now),
+		jsonOptText(reason),
+	}
+}
+
+// claimEntryArgs are the parts of a claim's history entry that do not
+// come from the row, as JSON text, for claimTemplate's $6 and $7: the
+// operation; the outcome, the actor, the reason (none) and the time.
+func claimEntryArgs(worker string, now time.Time) [2]string {
+	return [2]string{
+		jsonText(string(ledger.OpClaim)),
+		jsonText(string(ledger.OutcomeApplied)) + "," + jsonOptText(worker) + ",null," + jsonTime(now),
+	}
+}
+
+// jsonText is s as a JSON string.
+func jsonText(s string) string { return string(appendJSONString(nil, s)) }
+
+// jsonOptText is jsonText, or null for "", as an entry holds an empty
+// actor or reason.
+func jsonOptText(s string) string {
+	if s == "" {
+		return "null"
+	}
+	return jsonText(s)
+}
+
+// jsonTime is t as an entry holds it.
+func jsonTime(t time.Time) string {
+	return `"` + ledger.Normalize(t).Format(entryTime) + `"`
 }
 
 // appendJSONString appends s as a JSON string. Bytes outside ASCII go as

@@ -157,11 +157,16 @@ const pairTokens = `), granted AS (
 // batch of 100 costs little more than a batch of 1. The history entry is storekit.DeliveryTransition of a grant, whose
 // only varying parts are the state the record was in and, for a grant
 // over an expired lease, the reason, probed from the state machine (see
-// leaseReason). Parameters beside deliveryGrantSet's: $10 the operation,
-// $11 the outcome, $12 the actor, $13 that reason, $14 whether history is
-// on; the filters take $15 (targets) and the next number (ceremony). The
-// conformance suite and the differential test, which compares every
-// history with memstore's, prove it equal to the Go transition.
+// leaseReason). Parameters beside deliveryGrantSet's, the entry's parts
+// as JSON text (leaseEntryArgs): $10 the operation, $11 the new state, the
+// outcome and the actor, $12 the time, $13 that reason; $14 whether
+// history is on; the filters take $15 (targets) and the next number
+// (ceremony). The entry is put together as text and cast once: Citus
+// refuses a function that is not immutable over a column in an UPDATE,
+// as jsonb_build_array is, and the record's state and version are the
+// only parts that come from the row. The conformance suite and the
+// differential test, which compares every history with memstore's,
+// prove it equal to the Go transition.
 const leaseTemplate = `
 WITH picked AS (
 	SELECT id, state AS was_state, available_at AS was_available_at FROM %[1]s
@@ -171,9 +176,9 @@ WITH picked AS (
 	FOR UPDATE SKIP LOCKED
 ` + pairTokens + `
 	UPDATE %[1]s AS d SET ` + deliveryGrantSet + `,
-	history = CASE WHEN $14::boolean THEN coalesce(d.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_array(
-		d.version + 1, $10::text, d.state, 'leased', $11::text, NULLIF($12::text, ''),
-		CASE WHEN d.state = 'leased' THEN NULLIF($13::text, '') END, $1::timestamptz)) ELSE d.history END
+	history = CASE WHEN $14::boolean THEN coalesce(d.history, '[]'::jsonb) || ('[[' || (d.version + 1)::text || ',' ||
+		$10::text || ',"' || d.state || '",' || $11::text || ',' ||
+		CASE WHEN d.state = 'leased' THEN $13::text ELSE 'null' END || ',' || $12::text || ']]')::jsonb ELSE d.history END
 	FROM granted
 	WHERE d.id = granted.id
 	RETURNING %[4]s, granted.was_state, granted.was_available_at
@@ -221,9 +226,11 @@ func claimPicks(table string, n int, src claimSource) (ctes, union string) {
 // in order %[6]s, which a claim does not change. A claim changes neither the
 // status nor the last error, so its entry (storekit.EntryTransition) goes
 // from the status to itself and has no reason. Parameters beside
-// outboxGrantSet's: $6 the operation, $7 the outcome, $8 whether history
-// is on; the actor is the worker, $4. %[1]s is the table, %[5]s its columns
-// qualified by d.
+// outboxGrantSet's, the entry's parts as JSON text (claimEntryArgs): $6
+// the operation, $7 the outcome, the actor (the worker), the reason and
+// the time; $8 whether history is on. The entry is put together as
+// leaseTemplate's is. %[1]s is the table, %[5]s its columns qualified by
+// d.
 const claimTemplate = `
 WITH %[2]s, picked AS (
 	SELECT id FROM (%[3]s) AS c
@@ -231,8 +238,8 @@ WITH %[2]s, picked AS (
 	LIMIT $2
 ` + pairTokens + `
 	UPDATE %[1]s AS d SET ` + outboxGrantSet + `,
-	history = CASE WHEN $8::boolean THEN coalesce(d.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_array(
-		d.version + 1, $6::text, d.status, d.status, $7::text, NULLIF($4::text, ''), NULL, $1::timestamptz)) ELSE d.history END
+	history = CASE WHEN $8::boolean THEN coalesce(d.history, '[]'::jsonb) || ('[[' || (d.version + 1)::text || ',' ||
+		$6::text || ',"' || d.status || '","' || d.status || '",' || $7::text || ']]')::jsonb ELSE d.history END
 	FROM granted
 	WHERE d.id = granted.id
 	RETURNING %[5]s, d.enqueue_seq
