@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -114,9 +113,6 @@ func arrayOf[T any](oid uint32, vs []T, perValue int, put func(*copyWriter, T)) 
 func textArray(vs []string) binArray { return arrayOf(oidText, vs, 16, (*copyWriter).text) }
 func int8Array(vs []int64) binArray  { return arrayOf(oidInt8, vs, 8, (*copyWriter).int8) }
 func int2Array(vs []int16) binArray  { return arrayOf(oidInt2, vs, 2, (*copyWriter).int2) }
-func timeArray(vs []time.Time) binArray {
-	return arrayOf(oidTimestamptz, vs, 8, (*copyWriter).timestamptz)
-}
 
 // finishArrays finishes as, one parameter each.
 func finishArrays(as []binArray) ([][]byte, error) {
