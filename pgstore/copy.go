@@ -197,7 +197,7 @@ func (w *copyWriter) value(name string, ptr any, int4 bool) {
 }
 
 // metadata writes a record's metadata column: NULL when it has none, as
-// metadataArg sends it.
+// metadataParam sends it.
 func (w *copyWriter) metadata(md ledger.Metadata) {
 	if len(md) == 0 {
 		w.null()

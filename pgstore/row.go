@@ -24,7 +24,7 @@ import (
 // never by an UPDATE: no transition changes it. So columns lists the
 // columns a transition writes, and readColumns those and metadata, which
 // every read returns; newDeliveryRow and newOutboxRow leave metadata out
-// (the enqueue adds it, see metadataArg), so that the statements writing
+// (the enqueue adds it, see metadataParam), so that the statements writing
 // transitions (the ordinary write-back, the group and the held writes)
 // neither encode, compare nor send it.
 
@@ -469,21 +469,12 @@ func optBytes(b []byte) []byte {
 	return b
 }
 
-// metadataArg is the value the enqueue writes to the metadata column:
-// NULL (nil) for no metadata, so that an enqueue without it costs
-// nothing more than before the column existed, else the map, which pgx
-// encodes as a jsonb object.
-func metadataArg(md ledger.Metadata) any {
-	if len(md) == 0 {
-		return nil
-	}
-	return map[string]string(md)
-}
-
-// metadataParam is metadataArg as a statement parameter: the object as
-// JSON text, which the server reads as the column's jsonb. A map would
-// need the parameter's type, which a connection that describes no
-// statement (behind PgBouncer in transaction mode) never learns.
+// metadataParam is the value an insert writes to the metadata column:
+// NULL (nil) for no metadata, so that an item without it costs nothing
+// more than before the column existed, else the object as JSON text,
+// which the server reads as the column's jsonb. A map would need the
+// parameter's type, which a connection that describes no statement
+// (behind PgBouncer in transaction mode) never learns.
 func metadataParam(md ledger.Metadata) (any, error) {
 	if len(md) == 0 {
 		return nil, nil
