@@ -309,7 +309,8 @@ type queries struct {
 	queueLength, oldestOffered string
 
 	// Redrive (redrive.go): the insert of one new record, with
-	// creation_implied false (its creation entry is written); the
+	// creation_implied false and its creation entry as its history (the
+	// parameter after the record's columns and metadata); the
 	// redrivable records after the position ($1, $2), ended before $3,
 	// of the states $4 and targets (providers) $5, up to $6, locked.
 	insertDelivery, insertEntry             string
