@@ -186,8 +186,8 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 		c.renewals = newRenewals(flight, d.cfg.afterFunc, d.cfg.leaseDuration/3)
 		defer c.renewals.close()
 	}
-	fanOut(ctx, claimed, d.cfg.concurrency,
-		func(ce *ledger.ClaimedEntry) { d.process(flight, ce, c) },
+	fanOut(ctx, flight, claimed, d.cfg.concurrency,
+		func(ce *ledger.ClaimedEntry, j *job) userCall[ledger.EmissionResult] { return d.emission(ce, j, c) },
 		func(rest []ledger.ClaimedEntry) { d.releaseAll(rest, c) })
 }
 

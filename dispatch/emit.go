@@ -11,36 +11,37 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// process emits one claimed entry and completes it.
-func (d *Dispatcher) process(flight context.Context, ce *ledger.ClaimedEntry, c *cycle) {
-	emitCtx, cancel := context.WithCancelCause(flight)
-	defer cancel(nil)
-	stopTimeout := d.cfg.afterFunc(d.cfg.emitTimeout, func() { cancel(ErrEmitTimeout) })
+// emission prepares the emission of one claimed entry as job j: the
+// emitter's call on a copy of the entry, under j's context, which the
+// emit timeout (and a lost renewal) cancels, and its completion.
+func (d *Dispatcher) emission(ce *ledger.ClaimedEntry, j *job, c *cycle) userCall[ledger.EmissionResult] {
+	stopTimeout := d.cfg.afterFunc(d.cfg.emitTimeout, func() { j.cancel(ErrEmitTimeout) })
 	var keep *claimRenewal
 	if c.renewals != nil {
-		keep = &claimRenewal{c: c, ce: ce, claim: ce.Claim, cancel: cancel}
+		keep = &claimRenewal{c: c, ce: ce, claim: ce.Claim, cancel: j.cancel}
 		c.renewals.join(&keep.renewal, keep)
 	}
 	start := d.cfg.clock()
-	res, emitErr := d.emit(emitCtx, &ce.Entry)
-	dur := d.cfg.clock().Sub(start)
-	// Stop renewing before completing, so no renewal can race the
-	// completion and report a claim that was lost only because it ended.
-	if keep != nil {
-		c.renewals.leave(&keep.renewal)
+	return userCall[ledger.EmissionResult]{
+		who: "emitter",
+		call: func() (ledger.EmissionResult, error) {
+			return d.emitter.Emit(j.ctx, ce.Entry.Clone())
+		},
+		done: func(res ledger.EmissionResult, emitErr error) {
+			defer j.cancelCtx(nil)
+			dur := d.cfg.clock().Sub(start)
+			// Stop renewing before completing, so no renewal can race the
+			// completion and report a claim that was lost only because it
+			// ended.
+			if keep != nil {
+				c.renewals.leave(&keep.renewal)
+			}
+			stopTimeout()
+			sc := c.storeCtx.get()
+			defer c.storeCtx.put(sc)
+			d.complete(sc.ctx, ce, res, emitErr, dur, c)
+		},
 	}
-	stopTimeout()
-
-	sc := c.storeCtx.get()
-	defer c.storeCtx.put(sc)
-	d.complete(sc.ctx, ce, res, emitErr, dur, c)
-}
-
-// emit calls the emitter on a copy of entry (see callUser).
-func (d *Dispatcher) emit(ctx context.Context, entry *ledger.OutboxEntry) (ledger.EmissionResult, error) {
-	return callUser(ctx, "emitter", func() (ledger.EmissionResult, error) {
-		return d.emitter.Emit(ctx, entry.Clone())
-	})
 }
 
 // complete maps the emission's answer to a completion under the claim
@@ -247,7 +248,7 @@ type claimRenewal struct {
 	// settle; one item's renewals run one after another, ordered by the
 	// renewals' lock.
 	claim  ledger.Claim
-	cancel context.CancelCauseFunc
+	cancel func(cause error)
 }
 
 func (k *claimRenewal) renew(sctx context.Context) func() bool {

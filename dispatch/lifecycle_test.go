@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,43 @@ func TestEmitTimeoutCancelsTheEmissionAndRetries(t *testing.T) {
 			require.Len(t, evs, 1)
 			assert.ErrorIs(t, evs[0].Err, dispatch.ErrEmitTimeout)
 		})
+	}
+}
+
+// An emitter that ignores its context is abandoned when the emit timeout
+// ends its emission, and the dispatcher goes on: with a concurrency of one,
+// the entries after it are still emitted in the same cycle.
+func TestAbandonedEmissionLeavesThePoolWhole(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	store := newOutbox(clk)
+	ids := enqueue(t, store, "k", 3)
+	timers := &fakeTimers{}
+	hung, started := make(chan struct{}), make(chan struct{}, 3)
+	defer close(hung)
+	var calls atomic.Int32
+	em := dispatch.EmitterFunc(func(ctx context.Context, e ledger.OutboxEntry) (ledger.EmissionResult, error) {
+		started <- struct{}{}
+		if calls.Add(1) == 1 {
+			<-hung // ignores ctx
+		}
+		return ledger.EmissionResult{ProviderRef: "done"}, nil
+	})
+	d, err := dispatch.NewDispatcher(store, em, append(baseOptions(clk, timers, newCounter()),
+		dispatch.WithConcurrency(1), dispatch.WithEmitTimeout(10*time.Second), dispatch.WithLeaseDuration(time.Minute))...)
+	require.NoError(t, err)
+
+	done := runOnceAsync(context.Background(), d)
+	receive(t, started, "first emission")
+	require.Equal(t, 1, timers.Fire(10*time.Second), "one emit timeout timer")
+	res := receive(t, done, "RunOnce")
+	require.NoError(t, res.err)
+	assert.Equal(t, 1, res.stats.Retried, "the abandoned emission")
+	assert.Equal(t, 2, res.stats.Delivered, "the entries after it")
+	assert.Equal(t, int32(3), calls.Load())
+	assert.Equal(t, ledger.OutboxStatusRetryScheduled, get(t, store, ids[0]).Status)
+	for _, id := range ids[1:] {
+		assert.Equal(t, ledger.OutboxStatusDelivered, get(t, store, id).Status)
 	}
 }
 
@@ -178,28 +216,36 @@ func TestShutdownReleasesTheRestBeforeTheEmissionInFlightEnds(t *testing.T) {
 
 func TestShutdownDeadlineCancelsInFlightEmissions(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
-	store := newOutbox(clk)
-	ids := enqueue(t, store, "k", 1)
-	timers := &fakeTimers{}
-	em := newBlockingEmitter(true)
-	d, err := dispatch.NewDispatcher(store, em, append(baseOptions(clk, timers, newCounter()),
-		dispatch.WithShutdownTimeout(5*time.Second))...)
-	require.NoError(t, err)
+	for name, honour := range map[string]bool{"EmitterHonoursContext": true, "EmitterIgnoresContext": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			store := newOutbox(clk)
+			ids := enqueue(t, store, "k", 1)
+			timers := &fakeTimers{}
+			em := newBlockingEmitter(honour)
+			defer close(em.proceed) // lets an abandoned emitter return
+			d, err := dispatch.NewDispatcher(store, em, append(baseOptions(clk, timers, newCounter()),
+				dispatch.WithShutdownTimeout(5*time.Second))...)
+			require.NoError(t, err)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := runOnceAsync(ctx, d)
-	receive(t, em.started, "emission")
-	cancel()
-	require.Eventually(t, func() bool { return timers.Fire(5*time.Second) == 1 }, waitLimit, time.Millisecond)
-	res := receive(t, done, "RunOnce")
-	require.ErrorIs(t, res.err, context.Canceled)
-	assert.Equal(t, 1, res.stats.Retried)
-	assert.ErrorIs(t, receive(t, em.causes, "cause"), dispatch.ErrShutdown)
-	e := get(t, store, ids[0])
-	assert.Equal(t, ledger.OutboxStatusRetryScheduled, e.Status)
-	require.NotNil(t, e.LastError)
-	assert.Equal(t, dispatch.CodeShutdown, e.LastError.Code)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := runOnceAsync(ctx, d)
+			receive(t, em.started, "emission")
+			cancel()
+			require.Eventually(t, func() bool { return timers.Fire(5*time.Second) == 1 }, waitLimit, time.Millisecond)
+			res := receive(t, done, "RunOnce")
+			require.ErrorIs(t, res.err, context.Canceled)
+			assert.Equal(t, 1, res.stats.Retried)
+			if honour {
+				assert.ErrorIs(t, receive(t, em.causes, "cause"), dispatch.ErrShutdown)
+			}
+			e := get(t, store, ids[0])
+			assert.Equal(t, ledger.OutboxStatusRetryScheduled, e.Status)
+			require.NotNil(t, e.LastError)
+			assert.Equal(t, dispatch.CodeShutdown, e.LastError.Code)
+		})
+	}
 }
 
 func TestLostClaimIsCountedAsLostNotSuccess(t *testing.T) {

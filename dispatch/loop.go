@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -207,13 +208,59 @@ func (s *storeContexts) close() {
 	}
 }
 
-// fanOut calls run for each item, at most limit at once, and waits for
-// every call it started. The calls run on a pool of at most limit
-// goroutines that take the items in order, so a cycle starts limit
-// goroutines, not one per item. Once ctx is cancelled it starts nothing
-// new and passes the items it had not started to release at once, while
-// the calls in flight go on.
-func fanOut[T any](ctx context.Context, items []T, limit int, run func(*T), release func([]T)) {
+// userCall is one item's work as fanOut runs it: call, the user's code
+// (who: "emitter" or "handler"), under its job's context, then done with
+// its answer. The item's own set-up is made before it is handed over, and
+// its clean-up belongs in done, which runs exactly once.
+type userCall[A any] struct {
+	who  string
+	call func() (A, error)
+	done func(A, error)
+}
+
+// The states of a job.
+const (
+	jobStarting  int32 = iota // being prepared: a cancellation only ends its context
+	jobRunning                // the user's call has not answered
+	jobAnswered               // it answered; done runs with its answer
+	jobAbandoned              // cancelled first; done ran without it
+)
+
+// job is one item in flight: the context its user call runs under, which
+// its timeout, a lost renewal, or the end of the cycle's flight cancels.
+//
+// A job's context is not a child of the flight's: a hundred items that
+// start together would each take the flight's lock to join it and again
+// to leave it. fanOut keeps the job of each of its places instead, and
+// cancels those when the flight ends.
+type job struct {
+	ctx       context.Context
+	cancelCtx context.CancelCauseFunc
+	state     atomic.Int32
+	// abandon runs done with the cancellation's cause and goes on with
+	// the rest of the place's work; set before the job is running.
+	abandon func(cause error)
+}
+
+// cancel cancels j's context with cause. When j's user call has not
+// answered yet, it is abandoned (see runUser): the item is done at once,
+// on a goroutine of its own, whatever the call does later.
+func (j *job) cancel(cause error) {
+	j.cancelCtx(cause)
+	if j.state.CompareAndSwap(jobRunning, jobAbandoned) {
+		go j.abandon(context.Cause(j.ctx))
+	}
+}
+
+// fanOut runs the work prepare returns for each item, at most limit at
+// once, and waits until every item it started is done. The work runs on
+// a pool of at most limit goroutines that take the items in order, so a
+// cycle starts limit goroutines, not one per item, and the user's code
+// runs on them (see runUser). Each item's job has a context that carries
+// flight's values and ends when flight does. Once ctx is cancelled fanOut
+// starts nothing new and passes the items it had not started to release
+// at once, while the work in flight goes on.
+func fanOut[T, A any](ctx, flight context.Context, items []T, limit int, prepare func(*T, *job) userCall[A], release func([]T)) {
 	var mu sync.Mutex
 	next := 0 // items[:next] were started or released
 	take := func() *T {
@@ -238,13 +285,53 @@ func fanOut[T any](ctx context.Context, items []T, limit int, run func(*T), rele
 			release(rest)
 		}
 	})
-	var wg sync.WaitGroup
-	for range min(limit, len(items)) {
-		wg.Go(func() {
-			for item := take(); item != nil; item = take() {
-				run(item)
+	places := min(limit, len(items))
+	// running[i] is the job of place i while its user call runs. A place
+	// stores its job before it looks at flight, and the flight's end is
+	// recorded before its watcher looks at the places, so every job in
+	// flight is cancelled by one or the other.
+	running := make([]atomic.Pointer[job], places)
+	stopFlight := context.AfterFunc(flight, func() {
+		cause := context.Cause(flight)
+		for i := range running {
+			if j := running[i].Load(); j != nil {
+				j.cancel(cause)
 			}
-		})
+		}
+	})
+	defer stopFlight()
+	values := context.WithoutCancel(flight)
+	var wg sync.WaitGroup
+	// work is place i of the pool. A goroutine whose user call was
+	// abandoned leaves the pool there and then; the goroutine that
+	// abandoned it takes its place (and its count in wg) by running work.
+	var work func(i int)
+	work = func(i int) {
+		for item := take(); item != nil; item = take() {
+			j := &job{}
+			j.ctx, j.cancelCtx = context.WithCancelCause(values)
+			running[i].Store(j)
+			uc := prepare(item, j)
+			j.abandon = func(cause error) {
+				running[i].CompareAndSwap(j, nil)
+				var zero A
+				uc.done(zero, explainCancel(j.ctx, uc.who, cause))
+				work(i)
+			}
+			j.state.Store(jobRunning)
+			if flight.Err() != nil {
+				j.cancel(context.Cause(flight))
+			}
+			if !runUser(j, uc) {
+				return
+			}
+			running[i].CompareAndSwap(j, nil)
+		}
+		wg.Done()
+	}
+	wg.Add(places)
+	for i := range places {
+		go work(i)
 	}
 	wg.Wait()
 	if !stopWatch() {
@@ -253,37 +340,45 @@ func fanOut[T any](ctx context.Context, items []T, limit int, run func(*T), rele
 	}
 }
 
-// callUser calls f, the user's code (who: "emitter" or "handler"), in its
-// own goroutine, recovering a panic as a *PanicError. It stops waiting
-// when ctx is cancelled: code that ignores cancellation is abandoned (its
-// goroutine runs on and its answer is dropped), so that one hung provider
-// call or handler cannot hold the cycle, or a shutdown, for ever.
-func callUser[T any](ctx context.Context, who string, f func() (T, error)) (T, error) {
-	type answer struct {
-		v   T
-		err error
+// runUser runs uc.call on the calling goroutine, recovering a panic as a
+// *PanicError, and then uc.done with its answer. It stops waiting when
+// j is cancelled first: code that ignores cancellation is abandoned, so
+// that one hung provider call or handler cannot hold the cycle, or a
+// shutdown, for ever. j.abandon then runs at once with the cancellation's
+// cause, on a goroutine of its own, and runUser reports false when the
+// call returns at last: its answer is dropped, and the caller must stop.
+//
+// Running the call where the item's work already runs, rather than on a
+// goroutine of its own, spares a drained item a goroutine, its stack and
+// two hand-offs: the cost it has on every item, for a case (hung user
+// code) that is rare.
+func runUser[A any](j *job, uc userCall[A]) bool {
+	var v A
+	var err error
+	if j.ctx.Err() == nil {
+		v, err = callRecover(uc.call)
 	}
-	done := make(chan answer, 1)
-	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				done <- answer{err: &PanicError{Value: v}}
-			}
-		}()
-		v, err := f()
-		done <- answer{v: v, err: err}
-	}()
-	var out answer
-	select {
-	case out = <-done:
-	case <-ctx.Done():
-		select { // prefer an answer that is already there
-		case out = <-done:
-		default:
-			out = answer{err: context.Cause(ctx)}
+	if !j.state.CompareAndSwap(jobRunning, jobAnswered) {
+		return false
+	}
+	if err == nil && j.ctx.Err() != nil {
+		// Cancelled before the call began (while the job was prepared):
+		// it never ran.
+		err = context.Cause(j.ctx)
+	}
+	uc.done(v, explainCancel(j.ctx, uc.who, err))
+	return true
+}
+
+// callRecover calls f, returning a panic in it as a *PanicError.
+func callRecover[A any](f func() (A, error)) (v A, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero A
+			v, err = zero, &PanicError{Value: r}
 		}
-	}
-	return out.v, explainCancel(ctx, who, out.err)
+	}()
+	return f()
 }
 
 // explainCancel explains a cancellation that user code returned as its

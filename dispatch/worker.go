@@ -294,8 +294,8 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 		c.renewals = newRenewals(flight, w.cfg.afterFunc, w.cfg.leaseDuration/3)
 		defer c.renewals.close()
 	}
-	fanOut(ctx, leased, w.cfg.concurrency,
-		func(ld *ledger.LeasedDelivery) { w.process(flight, ld, c) },
+	fanOut(ctx, flight, leased, w.cfg.concurrency,
+		func(ld *ledger.LeasedDelivery, j *job) userCall[handled] { return w.handling(ld, j, c) },
 		func(rest []ledger.LeasedDelivery) { w.releaseAll(rest, c) })
 }
 
@@ -431,29 +431,45 @@ func processedEarlier(kind EventKind, res ledger.DeliveryResult) bool {
 		res.Delivery.State == ledger.DeliveryStateProcessed
 }
 
-// process handles one leased delivery and records the answer.
-func (w *Worker) process(flight context.Context, ld *ledger.LeasedDelivery, c *workerCycle) {
-	hctx, cancel := context.WithCancelCause(flight)
-	defer cancel(nil)
-	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { cancel(ErrHandleTimeout) })
+// handling prepares the handling of one leased delivery as job j: the
+// handler's call on a copy of the delivery (and, for a decision to
+// process, the fence), under j's context, which the handle timeout (and a
+// lost heartbeat) cancels, and its completion. A panic in either is a
+// *PanicError.
+func (w *Worker) handling(ld *ledger.LeasedDelivery, j *job, c *workerCycle) userCall[handled] {
+	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { j.cancel(ErrHandleTimeout) })
 	var hb *heartbeat
 	if c.renewals != nil {
-		hb = &heartbeat{c: c, ld: ld, cancel: cancel}
+		hb = &heartbeat{c: c, ld: ld, cancel: j.cancel}
 		c.renewals.join(&hb.renewal, hb)
 	}
 	start := w.cfg.clock()
-	out := w.handle(hctx, &ld.Delivery)
-	dur := w.cfg.clock().Sub(start)
-	// Stop renewing before completing: a renewal racing the
-	// acknowledgement would answer WrongState and look like a lost lease.
-	if hb != nil {
-		c.renewals.leave(&hb.renewal)
+	return userCall[handled]{
+		who: "handler",
+		call: func() (handled, error) {
+			dec, err := w.handler.Handle(j.ctx, ld.Delivery.Clone())
+			out := handled{dec: dec}
+			if err == nil && !dec.Release {
+				out.fence, err = w.fence(j.ctx, ld.Delivery.Target, dec)
+			}
+			return out, err
+		},
+		done: func(out handled, err error) {
+			defer j.cancelCtx(nil)
+			out.err = err
+			dur := w.cfg.clock().Sub(start)
+			// Stop renewing before completing: a renewal racing the
+			// acknowledgement would answer WrongState and look like a lost
+			// lease.
+			if hb != nil {
+				c.renewals.leave(&hb.renewal)
+			}
+			stopTimeout()
+			sc := c.storeCtx.get()
+			defer c.storeCtx.put(sc)
+			w.complete(sc.ctx, ld, out, dur, c)
+		},
 	}
-	stopTimeout()
-
-	sc := c.storeCtx.get()
-	defer c.storeCtx.put(sc)
-	w.complete(sc.ctx, ld, out, dur, c)
 }
 
 // handled is the answer of the user code for one delivery.
@@ -461,21 +477,6 @@ type handled struct {
 	dec   Decision
 	fence *ledger.Fence
 	err   error
-}
-
-// handle calls the handler and, for a decision to process, finds the
-// fence (see callUser: a panic in either is a *PanicError).
-func (w *Worker) handle(ctx context.Context, d *ledger.Delivery) handled {
-	out, err := callUser(ctx, "handler", func() (handled, error) {
-		dec, err := w.handler.Handle(ctx, d.Clone())
-		out := handled{dec: dec}
-		if err == nil && !dec.Release {
-			out.fence, err = w.fence(ctx, d.Target, dec)
-		}
-		return out, err
-	})
-	out.err = err
-	return out
 }
 
 // fence returns the fence for MarkProcessed: the decision's, else the
@@ -599,7 +600,7 @@ type heartbeat struct {
 	renewal
 	c      *workerCycle
 	ld     *ledger.LeasedDelivery
-	cancel context.CancelCauseFunc
+	cancel func(cause error)
 }
 
 func (hb *heartbeat) renew(sctx context.Context) func() bool {
