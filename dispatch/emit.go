@@ -28,18 +28,14 @@ func (d *Dispatcher) emission(ce *ledger.ClaimedEntry, j *job, c *cycle) userCal
 			return d.emitter.Emit(j.ctx, ce.Entry.Clone())
 		},
 		done: func(res ledger.EmissionResult, emitErr error) {
-			defer j.cancelCtx(nil)
 			dur := d.cfg.clock().Sub(start)
-			// Stop renewing before completing, so no renewal can race the
-			// completion and report a claim that was lost only because it
-			// ended.
+			var r *renewal
 			if keep != nil {
-				c.renewals.leave(&keep.renewal)
+				r = &keep.renewal
 			}
-			stopTimeout()
-			sc := c.storeCtx.get()
-			defer c.storeCtx.put(sc)
-			d.complete(sc.ctx, ce, res, emitErr, dur, c)
+			j.end(c.renewals, r, stopTimeout, c.storeCtx, func(ctx context.Context) {
+				d.complete(ctx, ce, res, emitErr, dur, c)
+			})
 		},
 	}
 }

@@ -252,6 +252,22 @@ func (j *job) cancel(cause error) {
 	}
 }
 
+// end ends j before its item is completed: it leaves rs (r, when the
+// item was renewed), stops the timeout, and then runs complete under a
+// store context of sc. The renewal stops first, so that no renewal can
+// race the completion and report a claim or lease lost only because it
+// ended.
+func (j *job) end(rs *renewals, r *renewal, stopTimeout func() bool, sc *storeContexts, complete func(context.Context)) {
+	defer j.cancelCtx(nil)
+	if r != nil {
+		rs.leave(r)
+	}
+	stopTimeout()
+	c := sc.get()
+	defer sc.put(c)
+	complete(c.ctx)
+}
+
 // fanOut runs the work prepare returns for each item, at most limit at
 // once, and waits until every item it started is done. The work runs on
 // a pool of at most limit goroutines that take the items in order, so a

@@ -455,19 +455,15 @@ func (w *Worker) handling(ld *ledger.LeasedDelivery, j *job, c *workerCycle) use
 			return out, err
 		},
 		done: func(out handled, err error) {
-			defer j.cancelCtx(nil)
 			out.err = err
 			dur := w.cfg.clock().Sub(start)
-			// Stop renewing before completing: a renewal racing the
-			// acknowledgement would answer WrongState and look like a lost
-			// lease.
+			var r *renewal
 			if hb != nil {
-				c.renewals.leave(&hb.renewal)
+				r = &hb.renewal
 			}
-			stopTimeout()
-			sc := c.storeCtx.get()
-			defer c.storeCtx.put(sc)
-			w.complete(sc.ctx, ld, out, dur, c)
+			j.end(c.renewals, r, stopTimeout, c.storeCtx, func(ctx context.Context) {
+				w.complete(ctx, ld, out, dur, c)
+			})
 		},
 	}
 }
