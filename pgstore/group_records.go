@@ -26,7 +26,7 @@ type recordKind[R any] struct {
 	columns func(R) ([]column, error)
 	// reuse returns a columns function that maps every record into one
 	// row, for a caller that reads a row's columns only until its next
-	// call: it allocates nothing per record but the row's own values.
+	// call: it allocates nothing per record (see cells).
 	reuse func() func(R) ([]column, error)
 	clone func(R) R
 	// version is a record's version (settle.go).
@@ -52,11 +52,11 @@ func newDeliveryRecords(schema string, q *queries) *recordKind[ledger.Delivery] 
 			return r.columns(), err
 		},
 		reuse: func() func(ledger.Delivery) ([]column, error) {
-			r := new(deliveryRow)
+			r, cs := new(deliveryRow), new(cells)
 			cols := r.columns()
-			return func(d ledger.Delivery) (_ []column, err error) {
-				*r, err = newDeliveryRow(d)
-				return cols, err
+			return func(d ledger.Delivery) ([]column, error) {
+				cs.reset()
+				return cols, r.fill(d, cs)
 			}
 		},
 		clone:   ledger.Delivery.Clone,
@@ -79,11 +79,11 @@ func newEntryRecords(schema string, q *queries) *recordKind[ledger.OutboxEntry] 
 			return r.columns(), err
 		},
 		reuse: func() func(ledger.OutboxEntry) ([]column, error) {
-			r := new(outboxRow)
+			r, cs := new(outboxRow), new(cells)
 			cols := r.columns()
-			return func(e ledger.OutboxEntry) (_ []column, err error) {
-				*r, err = newOutboxRow(e)
-				return cols, err
+			return func(e ledger.OutboxEntry) ([]column, error) {
+				cs.reset()
+				return cols, r.fill(e, cs)
 			}
 		},
 		clone:   ledger.OutboxEntry.Clone,

@@ -162,11 +162,19 @@ func (r *deliveryRow) columns() []column {
 // invariant the table layout relies on (a lease of another delivery or
 // another sequence number), which would be a bug in the state machine.
 func newDeliveryRow(d ledger.Delivery) (deliveryRow, error) {
-	r := deliveryRow{
+	var r deliveryRow
+	err := r.fill(d, nil)
+	return r, err
+}
+
+// fill sets r to d's row, the values of its nullable columns kept in c
+// (nil: each on the heap; see cells).
+func (r *deliveryRow) fill(d ledger.Delivery, c *cells) error {
+	*r = deliveryRow{
 		ID:             string(d.ID),
 		Target:         string(d.Target),
-		EnqueuedTarget: optString(string(d.EnqueuedTarget)),
-		Ceremony:       optString(string(d.Ceremony)),
+		EnqueuedTarget: optStringCell(c, string(d.EnqueuedTarget)),
+		Ceremony:       optStringCell(c, string(d.Ceremony)),
 		Payload:        optBytes(d.Payload),
 		MaxAttempts:    int64(d.Policy.MaxAttempts),
 		BackoffBaseUS:  d.Policy.BackoffBase.Microseconds(),
@@ -179,49 +187,49 @@ func newDeliveryRow(d ledger.Delivery) (deliveryRow, error) {
 		Activations:    int64(d.Activations),
 		CreatedAt:      d.CreatedAt,
 		UpdatedAt:      d.UpdatedAt,
-		EndedAt:        optTime(d.EndedAt),
-		RedrivenFrom:   optString(string(d.RedrivenFrom)),
-		RedrivenTo:     optString(string(d.RedrivenTo)),
+		EndedAt:        optTimeCell(c, d.EndedAt),
+		RedrivenFrom:   optStringCell(c, string(d.RedrivenFrom)),
+		RedrivenTo:     optStringCell(c, string(d.RedrivenTo)),
 		Version:        d.Version,
 	}
 	if l := d.Lease; l != nil {
 		// The table keeps one sequence column: a lease in force is always
 		// the latest grant of this very delivery.
 		if l.DeliveryID != d.ID || l.Seq != d.LeaseSeq {
-			return r, fmt.Errorf("pgstore: delivery %s: lease (%s, seq %d) is not its latest grant (seq %d)", d.ID, l.DeliveryID, l.Seq, d.LeaseSeq)
+			return fmt.Errorf("pgstore: delivery %s: lease (%s, seq %d) is not its latest grant (seq %d)", d.ID, l.DeliveryID, l.Seq, d.LeaseSeq)
 		}
-		r.LeaseAgent, r.LeaseIncarnation = ptr(l.Owner.Agent), ptr(l.Owner.Incarnation)
-		r.LeaseToken = ptr(string(l.Token))
-		r.LeaseGrantedAt, r.LeaseExpiresAt = ptr(l.GrantedAt), ptr(l.ExpiresAt)
+		r.LeaseAgent, r.LeaseIncarnation = cell(c, l.Owner.Agent), cell(c, l.Owner.Incarnation)
+		r.LeaseToken = cell(c, string(l.Token))
+		r.LeaseGrantedAt, r.LeaseExpiresAt = cell(c, l.GrantedAt), cell(c, l.ExpiresAt)
 	}
 	if e := d.EndedLease; e != nil {
-		r.EndedLeaseToken, r.EndedLeaseSeq = ptr(string(e.Token)), ptr(e.Seq)
-		r.EndedLeaseOp, r.EndedLeaseAt = ptr(string(e.Op)), optTime(e.At)
+		r.EndedLeaseToken, r.EndedLeaseSeq = cell(c, string(e.Token)), cell(c, e.Seq)
+		r.EndedLeaseOp, r.EndedLeaseAt = cell(c, string(e.Op)), optTimeCell(c, e.At)
 	}
 	if a := d.Ack; a != nil {
-		r.AckAgent, r.AckIncarnation = ptr(a.Owner.Agent), ptr(a.Owner.Incarnation)
-		r.AckObservation, r.AckAt, r.AckDeadline = ptr(a.Observation), optTime(a.At), optTime(a.Deadline)
+		r.AckAgent, r.AckIncarnation = cell(c, a.Owner.Agent), cell(c, a.Owner.Incarnation)
+		r.AckObservation, r.AckAt, r.AckDeadline = cell(c, a.Observation), optTimeCell(c, a.At), optTimeCell(c, a.Deadline)
 	}
 	if p := d.Processing; p != nil {
-		r.ProcessingAction, r.ProcessingAt = ptr(string(p.Action)), optTime(p.At)
+		r.ProcessingAction, r.ProcessingAt = cell(c, string(p.Action)), optTimeCell(c, p.At)
 		if p.Fence != nil {
-			r.ProcessingFence = ptr(int64(*p.Fence))
+			r.ProcessingFence = cell(c, int64(*p.Fence))
 		}
 	}
 	if a := d.LastActivation; a != nil {
-		r.LastActivationResult, r.LastActivationDetail = ptr(string(a.Result)), ptr(a.Detail)
+		r.LastActivationResult, r.LastActivationDetail = cell(c, string(a.Result)), cell(c, a.Detail)
 	}
-	r.LastActivationAt = optTime(d.LastActivationAt)
+	r.LastActivationAt = optTimeCell(c, d.LastActivationAt)
 	if f := d.LastFailure; f != nil {
-		r.LastFailureKind, r.LastFailureMessage = ptr(string(f.Kind)), ptr(f.Message)
-		r.LastFailurePermanent = ptr(f.Permanent)
-		r.LastFailureAgent, r.LastFailureIncarnation = ptr(f.Owner.Agent), ptr(f.Owner.Incarnation)
-		r.LastFailureAt = optTime(f.At)
+		r.LastFailureKind, r.LastFailureMessage = cell(c, string(f.Kind)), cell(c, f.Message)
+		r.LastFailurePermanent = cell(c, f.Permanent)
+		r.LastFailureAgent, r.LastFailureIncarnation = cell(c, f.Owner.Agent), cell(c, f.Owner.Incarnation)
+		r.LastFailureAt = optTimeCell(c, f.At)
 	}
-	if c := d.Cause; c != nil {
-		r.CauseKind, r.CauseDetail = ptr(string(c.Kind)), ptr(c.Detail)
+	if cause := d.Cause; cause != nil {
+		r.CauseKind, r.CauseDetail = cell(c, string(cause.Kind)), cell(c, cause.Detail)
 	}
-	return r, nil
+	return nil
 }
 
 // delivery maps r back to the record.
@@ -354,7 +362,15 @@ func (r *outboxRow) columns() []column {
 // newOutboxRow maps e to its row; like newDeliveryRow it fails only on a
 // claim that is not the entry's latest.
 func newOutboxRow(e ledger.OutboxEntry) (outboxRow, error) {
-	r := outboxRow{
+	var r outboxRow
+	err := r.fill(e, nil)
+	return r, err
+}
+
+// fill sets r to e's row, the values of its nullable columns kept in c
+// (nil: each on the heap; see cells).
+func (r *outboxRow) fill(e ledger.OutboxEntry, c *cells) error {
+	*r = outboxRow{
 		ID:               string(e.ID),
 		Provider:         e.Envelope.Provider,
 		Kind:             e.Envelope.Kind,
@@ -362,34 +378,34 @@ func newOutboxRow(e ledger.OutboxEntry) (outboxRow, error) {
 		IdempotencyKey:   e.Envelope.IdempotencyKey,
 		Status:           string(e.Status),
 		Attempts:         int64(e.Attempts),
-		NextAttemptAt:    optTime(e.NextAttemptAt),
+		NextAttemptAt:    optTimeCell(c, e.NextAttemptAt),
 		DeadLetterReason: e.DeadLetterReason,
 		ClaimSeq:         e.ClaimSeq,
 		CreatedAt:        e.CreatedAt,
 		UpdatedAt:        e.UpdatedAt,
-		EndedAt:          optTime(e.EndedAt),
-		RedrivenFrom:     optString(string(e.RedrivenFrom)),
-		RedrivenTo:       optString(string(e.RedrivenTo)),
+		EndedAt:          optTimeCell(c, e.EndedAt),
+		RedrivenFrom:     optStringCell(c, string(e.RedrivenFrom)),
+		RedrivenTo:       optStringCell(c, string(e.RedrivenTo)),
 		Version:          e.Version,
 	}
 	if le := e.LastError; le != nil {
-		r.LastErrorCode, r.LastErrorMessage = ptr(le.Code), ptr(le.Message)
+		r.LastErrorCode, r.LastErrorMessage = cell(c, le.Code), cell(c, le.Message)
 	}
 	if res := e.Result; res != nil {
-		r.ResultProviderRef, r.ResultDetail = ptr(res.ProviderRef), ptr(res.Detail)
+		r.ResultProviderRef, r.ResultDetail = cell(c, res.ProviderRef), cell(c, res.Detail)
 	}
-	if c := e.Claim; c != nil {
-		if c.EntryID != e.ID || c.Seq != e.ClaimSeq {
-			return r, fmt.Errorf("pgstore: outbox entry %s: claim (%s, seq %d) is not its latest (seq %d)", e.ID, c.EntryID, c.Seq, e.ClaimSeq)
+	if cl := e.Claim; cl != nil {
+		if cl.EntryID != e.ID || cl.Seq != e.ClaimSeq {
+			return fmt.Errorf("pgstore: outbox entry %s: claim (%s, seq %d) is not its latest (seq %d)", e.ID, cl.EntryID, cl.Seq, e.ClaimSeq)
 		}
-		r.ClaimWorker, r.ClaimToken = ptr(c.Worker), ptr(string(c.Token))
-		r.ClaimClaimedAt, r.ClaimExpiresAt = ptr(c.ClaimedAt), ptr(c.ExpiresAt)
+		r.ClaimWorker, r.ClaimToken = cell(c, cl.Worker), cell(c, string(cl.Token))
+		r.ClaimClaimedAt, r.ClaimExpiresAt = cell(c, cl.ClaimedAt), cell(c, cl.ExpiresAt)
 	}
 	if ec := e.EndedClaim; ec != nil {
-		r.EndedClaimToken, r.EndedClaimSeq = ptr(string(ec.Token)), ptr(ec.Seq)
-		r.EndedClaimOp, r.EndedClaimAt = ptr(string(ec.Op)), optTime(ec.At)
+		r.EndedClaimToken, r.EndedClaimSeq = cell(c, string(ec.Token)), cell(c, ec.Seq)
+		r.EndedClaimOp, r.EndedClaimAt = cell(c, string(ec.Op)), optTimeCell(c, ec.At)
 	}
-	return r, nil
+	return nil
 }
 
 // entry maps r back to the record.
@@ -453,6 +469,74 @@ func deref[T any](p *T) T {
 }
 
 // optString maps "" to NULL.
+// cells holds the values that the nullable columns of one row point to,
+// so that a row filled again and again (recordKind.reuse) allocates none
+// of them: a drained item fills two rows per transition, each with up to
+// a dozen such values. The values are good until the next reset, so a
+// row filled with cells must be read before it is filled again. A nil
+// *cells puts each value on the heap, for rows that are kept.
+type cells struct {
+	strs  [24]string
+	times [12]time.Time
+	ints  [4]int64
+	bools [2]bool
+	// ns, nt, ni, nb count the cells of each kind in use.
+	ns, nt, ni, nb int
+}
+
+// reset makes every cell free again.
+func (c *cells) reset() { c.ns, c.nt, c.ni, c.nb = 0, 0, 0, 0 }
+
+// cell returns a pointer to v: to a cell of c when one is free, else to
+// a copy on the heap.
+func cell[T string | time.Time | int64 | bool](c *cells, v T) *T {
+	if c != nil {
+		switch v := any(v).(type) {
+		case string:
+			if c.ns < len(c.strs) {
+				c.strs[c.ns] = v
+				c.ns++
+				return any(&c.strs[c.ns-1]).(*T)
+			}
+		case time.Time:
+			if c.nt < len(c.times) {
+				c.times[c.nt] = v
+				c.nt++
+				return any(&c.times[c.nt-1]).(*T)
+			}
+		case int64:
+			if c.ni < len(c.ints) {
+				c.ints[c.ni] = v
+				c.ni++
+				return any(&c.ints[c.ni-1]).(*T)
+			}
+		case bool:
+			if c.nb < len(c.bools) {
+				c.bools[c.nb] = v
+				c.nb++
+				return any(&c.bools[c.nb-1]).(*T)
+			}
+		}
+	}
+	return &v
+}
+
+// optStringCell is optString with its value in c.
+func optStringCell(c *cells, s string) *string {
+	if s == "" {
+		return nil
+	}
+	return cell(c, s)
+}
+
+// optTimeCell is optTime with its value in c.
+func optTimeCell(c *cells, t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return cell(c, t)
+}
+
 func optString(s string) *string {
 	if s == "" {
 		return nil
