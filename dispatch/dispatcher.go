@@ -186,8 +186,10 @@ func (d *Dispatcher) emitAll(ctx context.Context, claimed []ledger.ClaimedEntry,
 		c.renewals = newRenewals(flight, d.cfg.afterFunc, d.cfg.leaseDuration/3)
 		defer c.renewals.close()
 	}
-	fanOut(ctx, flight, claimed, d.cfg.concurrency,
-		func(ce *ledger.ClaimedEntry, j *job) userCall[ledger.EmissionResult] { return d.emission(ce, j, c) },
+	fanOut(ctx, flight, "emitter", claimed, d.cfg.concurrency,
+		func(ce *ledger.ClaimedEntry, values context.Context) task[ledger.EmissionResult] {
+			return d.emission(ce, values, c)
+		},
 		func(rest []ledger.ClaimedEntry) { d.releaseAll(rest, c) })
 }
 

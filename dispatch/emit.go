@@ -11,33 +11,48 @@ import (
 	"github.com/leaseledger/ledger"
 )
 
-// emission prepares the emission of one claimed entry as job j: the
-// emitter's call on a copy of the entry, under j's context, which the
-// emit timeout (and a lost renewal) cancels, and its completion.
-func (d *Dispatcher) emission(ce *ledger.ClaimedEntry, j *job, c *cycle) userCall[ledger.EmissionResult] {
-	stopTimeout := d.cfg.afterFunc(d.cfg.emitTimeout, func() { j.cancel(ErrEmitTimeout) })
-	var keep *claimRenewal
+// emission is the task of emitting one claimed entry: the emitter's
+// call on a copy of the entry, under the job's context, which the emit
+// timeout (and a lost renewal) cancels, and its completion. One value
+// holds all an emission keeps, so that it costs one allocation.
+type emission struct {
+	job
+	keep        claimRenewal // renews the claim while the emitter runs, when c.renewals is not nil
+	d           *Dispatcher
+	c           *cycle
+	ce          *ledger.ClaimedEntry
+	start       time.Time
+	stopTimeout func() bool
+}
+
+// emission prepares the emission of ce (see fanOut).
+func (d *Dispatcher) emission(ce *ledger.ClaimedEntry, values context.Context, c *cycle) task[ledger.EmissionResult] {
+	e := &emission{d: d, c: c, ce: ce}
+	e.init(values)
+	e.stopTimeout = d.cfg.afterFunc(d.cfg.emitTimeout, e.timedOut)
 	if c.renewals != nil {
-		keep = &claimRenewal{c: c, ce: ce, claim: ce.Claim, cancel: j.cancel}
-		c.renewals.join(&keep.renewal, keep)
+		e.keep = claimRenewal{c: c, ce: ce, claim: ce.Claim, job: &e.job}
+		c.renewals.join(&e.keep.renewal, &e.keep)
 	}
-	start := d.cfg.clock()
-	return userCall[ledger.EmissionResult]{
-		who: "emitter",
-		call: func() (ledger.EmissionResult, error) {
-			return d.emitter.Emit(j.ctx, ce.Entry.Clone())
-		},
-		done: func(res ledger.EmissionResult, emitErr error) {
-			dur := d.cfg.clock().Sub(start)
-			var r *renewal
-			if keep != nil {
-				r = &keep.renewal
-			}
-			j.end(c.renewals, r, stopTimeout, c.storeCtx, func(ctx context.Context) {
-				d.complete(ctx, ce, res, emitErr, dur, c)
-			})
-		},
+	e.start = d.cfg.clock()
+	return e
+}
+
+func (e *emission) timedOut() { e.cancel(ErrEmitTimeout) }
+
+func (e *emission) call() (ledger.EmissionResult, error) {
+	return e.d.emitter.Emit(e.ctx, e.ce.Entry.Clone())
+}
+
+func (e *emission) done(res ledger.EmissionResult, emitErr error) {
+	dur := e.d.cfg.clock().Sub(e.start)
+	var r *renewal
+	if e.c.renewals != nil {
+		r = &e.keep.renewal
 	}
+	e.end(e.c.renewals, r, e.stopTimeout, e.c.storeCtx, func(ctx context.Context) {
+		e.d.complete(ctx, e.ce, res, emitErr, dur, e.c)
+	})
 }
 
 // complete maps the emission's answer to a completion under the claim
@@ -243,8 +258,8 @@ type claimRenewal struct {
 	// claim is read by a renewal and replaced by the previous one's
 	// settle; one item's renewals run one after another, ordered by the
 	// renewals' lock.
-	claim  ledger.Claim
-	cancel func(cause error)
+	claim ledger.Claim
+	job   *job // the emission's, which a lost claim cancels
 }
 
 func (k *claimRenewal) renew(sctx context.Context) func() bool {
@@ -266,7 +281,7 @@ func (k *claimRenewal) renew(sctx context.Context) func() bool {
 			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: claim renewal did not apply; cancelling the emission",
 				slog.String("entry_id", string(k.claim.EntryID)),
 				slog.String("idempotency_key", ce.Entry.Envelope.IdempotencyKey), slog.String("outcome", string(res.Outcome)))
-			k.cancel(ErrClaimLost)
+			k.job.cancel(ErrClaimLost)
 			c.record(ctx, ev)
 			return false
 		default:

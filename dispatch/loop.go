@@ -208,14 +208,15 @@ func (s *storeContexts) close() {
 	}
 }
 
-// userCall is one item's work as fanOut runs it: call, the user's code
-// (who: "emitter" or "handler"), under its job's context, then done with
-// its answer. The item's own set-up is made before it is handed over, and
+// task is one item's work as fanOut runs it: the user's code (call)
+// under the context of its job, then done with its answer. A task embeds
+// its job (base returns it), made by job.init before anything can cancel
+// it; the item's other set-up is made before the task is handed over, and
 // its clean-up belongs in done, which runs exactly once.
-type userCall[A any] struct {
-	who  string
-	call func() (A, error)
-	done func(A, error)
+type task[A any] interface {
+	base() *job
+	call() (A, error)
+	done(A, error)
 }
 
 // The states of a job.
@@ -237,10 +238,25 @@ type job struct {
 	ctx       context.Context
 	cancelCtx context.CancelCauseFunc
 	state     atomic.Int32
-	// abandon runs done with the cancellation's cause and goes on with
-	// the rest of the place's work; set before the job is running.
-	abandon func(cause error)
+	// place is where the job runs, which takes over when it is
+	// abandoned; set before the job is running.
+	place abandoner
 }
+
+// abandoner is a place of fanOut's pool, seen from a job.
+type abandoner interface {
+	// abandon completes the item of j with cause and goes on with the
+	// rest of the place's work, on the calling goroutine.
+	abandon(j *job, cause error)
+}
+
+// init gives j its context, which carries the values of values.
+func (j *job) init(values context.Context) {
+	j.ctx, j.cancelCtx = context.WithCancelCause(values)
+}
+
+// base returns j, for the tasks that embed it.
+func (j *job) base() *job { return j }
 
 // cancel cancels j's context with cause. When j's user call has not
 // answered yet, it is abandoned (see runUser): the item is done at once,
@@ -248,7 +264,7 @@ type job struct {
 func (j *job) cancel(cause error) {
 	j.cancelCtx(cause)
 	if j.state.CompareAndSwap(jobRunning, jobAbandoned) {
-		go j.abandon(context.Cause(j.ctx))
+		go j.place.abandon(j, context.Cause(j.ctx))
 	}
 }
 
@@ -268,111 +284,136 @@ func (j *job) end(rs *renewals, r *renewal, stopTimeout func() bool, sc *storeCo
 	complete(c.ctx)
 }
 
-// fanOut runs the work prepare returns for each item, at most limit at
-// once, and waits until every item it started is done. The work runs on
+// fan is what the places of one fanOut share.
+type fan[T, A any] struct {
+	ctx     context.Context // the cycle's: once done, nothing new starts
+	flight  context.Context
+	values  context.Context // flight's values without its cancellation
+	who     string          // "emitter" or "handler"
+	prepare func(*T, context.Context) task[A]
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	items []T
+	next  int // items[:next] were started or released
+}
+
+// take returns the next item to start, nil when none is left or ctx is
+// done.
+func (f *fan[T, A]) take() *T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// A cancelled cycle starts nothing new, even when the release has
+	// not run yet.
+	if f.next == len(f.items) || f.ctx.Err() != nil {
+		return nil
+	}
+	f.next++
+	return &f.items[f.next-1]
+}
+
+// place is one place of the pool: the task it runs while its user call
+// runs, which the flight's end cancels.
+type place[T, A any] struct {
+	f       *fan[T, A]
+	running atomic.Pointer[job]
+	cur     task[A] // the task of running; read by abandon
+}
+
+// work runs items until none is left. A goroutine whose user call was
+// abandoned leaves the pool there and then; the goroutine that abandoned
+// it takes its place (and its count in the wait group) in abandon.
+func (p *place[T, A]) work() {
+	for item := p.f.take(); item != nil; item = p.f.take() {
+		t := p.f.prepare(item, p.f.values)
+		j := t.base()
+		p.cur = t
+		j.place = p
+		p.running.Store(j)
+		j.state.Store(jobRunning)
+		if p.f.flight.Err() != nil {
+			j.cancel(context.Cause(p.f.flight))
+		}
+		if !runUser(j, p.f.who, t) {
+			return
+		}
+		p.running.CompareAndSwap(j, nil)
+	}
+	p.f.wg.Done()
+}
+
+func (p *place[T, A]) abandon(j *job, cause error) {
+	p.running.CompareAndSwap(j, nil)
+	var zero A
+	p.cur.done(zero, explainCancel(j.ctx, p.f.who, cause))
+	p.work()
+}
+
+// fanOut runs the task prepare returns for each item, at most limit at
+// once, and waits until every item it started is done. The tasks run on
 // a pool of at most limit goroutines that take the items in order, so a
 // cycle starts limit goroutines, not one per item, and the user's code
-// runs on them (see runUser). Each item's job has a context that carries
-// flight's values and ends when flight does. Once ctx is cancelled fanOut
+// (who: "emitter" or "handler") runs on them (see runUser). Each item's
+// job has a context that carries flight's values (prepare passes them to
+// job.init) and ends when flight does. Once ctx is cancelled fanOut
 // starts nothing new and passes the items it had not started to release
 // at once, while the work in flight goes on.
-func fanOut[T, A any](ctx, flight context.Context, items []T, limit int, prepare func(*T, *job) userCall[A], release func([]T)) {
-	var mu sync.Mutex
-	next := 0 // items[:next] were started or released
-	take := func() *T {
-		mu.Lock()
-		defer mu.Unlock()
-		// A cancelled cycle starts nothing new, even when the release
-		// below has not run yet.
-		if next == len(items) || ctx.Err() != nil {
-			return nil
-		}
-		next++
-		return &items[next-1]
-	}
+func fanOut[T, A any](ctx, flight context.Context, who string, items []T, limit int, prepare func(*T, context.Context) task[A], release func([]T)) {
+	f := &fan[T, A]{ctx: ctx, flight: flight, values: context.WithoutCancel(flight), who: who, prepare: prepare, items: items}
 	released := make(chan struct{})
 	stopWatch := context.AfterFunc(ctx, func() {
 		defer close(released)
-		mu.Lock()
-		rest := items[next:]
-		next = len(items)
-		mu.Unlock()
+		f.mu.Lock()
+		rest := f.items[f.next:]
+		f.next = len(f.items)
+		f.mu.Unlock()
 		if len(rest) > 0 {
 			release(rest)
 		}
 	})
-	places := min(limit, len(items))
-	// running[i] is the job of place i while its user call runs. A place
-	// stores its job before it looks at flight, and the flight's end is
-	// recorded before its watcher looks at the places, so every job in
-	// flight is cancelled by one or the other.
-	running := make([]atomic.Pointer[job], places)
+	places := make([]place[T, A], min(limit, len(items)))
+	// A place stores its job before it looks at flight, and the flight's
+	// end is recorded before its watcher looks at the places, so every
+	// job in flight is cancelled by one or the other.
 	stopFlight := context.AfterFunc(flight, func() {
 		cause := context.Cause(flight)
-		for i := range running {
-			if j := running[i].Load(); j != nil {
+		for i := range places {
+			if j := places[i].running.Load(); j != nil {
 				j.cancel(cause)
 			}
 		}
 	})
 	defer stopFlight()
-	values := context.WithoutCancel(flight)
-	var wg sync.WaitGroup
-	// work is place i of the pool. A goroutine whose user call was
-	// abandoned leaves the pool there and then; the goroutine that
-	// abandoned it takes its place (and its count in wg) by running work.
-	var work func(i int)
-	work = func(i int) {
-		for item := take(); item != nil; item = take() {
-			j := &job{}
-			j.ctx, j.cancelCtx = context.WithCancelCause(values)
-			running[i].Store(j)
-			uc := prepare(item, j)
-			j.abandon = func(cause error) {
-				running[i].CompareAndSwap(j, nil)
-				var zero A
-				uc.done(zero, explainCancel(j.ctx, uc.who, cause))
-				work(i)
-			}
-			j.state.Store(jobRunning)
-			if flight.Err() != nil {
-				j.cancel(context.Cause(flight))
-			}
-			if !runUser(j, uc) {
-				return
-			}
-			running[i].CompareAndSwap(j, nil)
-		}
-		wg.Done()
-	}
-	wg.Add(places)
+	f.wg.Add(len(places))
 	for i := range places {
-		go work(i)
+		places[i].f = f
+		go places[i].work()
 	}
-	wg.Wait()
+	f.wg.Wait()
 	if !stopWatch() {
 		// ctx was cancelled: the release has started; wait for it.
 		<-released
 	}
 }
 
-// runUser runs uc.call on the calling goroutine, recovering a panic as a
-// *PanicError, and then uc.done with its answer. It stops waiting when
-// j is cancelled first: code that ignores cancellation is abandoned, so
-// that one hung provider call or handler cannot hold the cycle, or a
-// shutdown, for ever. j.abandon then runs at once with the cancellation's
-// cause, on a goroutine of its own, and runUser reports false when the
-// call returns at last: its answer is dropped, and the caller must stop.
+// runUser runs t's call on the calling goroutine, recovering a panic as a
+// *PanicError, and then t's done with its answer. It stops waiting when
+// j, t's job, is cancelled first: code that ignores cancellation is
+// abandoned, so that one hung provider call or handler cannot hold the
+// cycle, or a shutdown, for ever. The job's place then completes the item
+// at once with the cancellation's cause, on a goroutine of its own, and
+// runUser reports false when the call returns at last: its answer is
+// dropped, and the caller must stop.
 //
 // Running the call where the item's work already runs, rather than on a
 // goroutine of its own, spares a drained item a goroutine, its stack and
 // two hand-offs: the cost it has on every item, for a case (hung user
 // code) that is rare.
-func runUser[A any](j *job, uc userCall[A]) bool {
+func runUser[A any](j *job, who string, t task[A]) bool {
 	var v A
 	var err error
 	if j.ctx.Err() == nil {
-		v, err = callRecover(uc.call)
+		v, err = callRecover(t.call)
 	}
 	if !j.state.CompareAndSwap(jobRunning, jobAnswered) {
 		return false
@@ -382,7 +423,7 @@ func runUser[A any](j *job, uc userCall[A]) bool {
 		// it never ran.
 		err = context.Cause(j.ctx)
 	}
-	uc.done(v, explainCancel(j.ctx, uc.who, err))
+	t.done(v, explainCancel(j.ctx, who, err))
 	return true
 }
 

@@ -294,8 +294,10 @@ func (w *Worker) handleAll(ctx context.Context, leased []ledger.LeasedDelivery, 
 		c.renewals = newRenewals(flight, w.cfg.afterFunc, w.cfg.leaseDuration/3)
 		defer c.renewals.close()
 	}
-	fanOut(ctx, flight, leased, w.cfg.concurrency,
-		func(ld *ledger.LeasedDelivery, j *job) userCall[handled] { return w.handling(ld, j, c) },
+	fanOut(ctx, flight, "handler", leased, w.cfg.concurrency,
+		func(ld *ledger.LeasedDelivery, values context.Context) task[handled] {
+			return w.handling(ld, values, c)
+		},
 		func(rest []ledger.LeasedDelivery) { w.releaseAll(rest, c) })
 }
 
@@ -431,41 +433,55 @@ func processedEarlier(kind EventKind, res ledger.DeliveryResult) bool {
 		res.Delivery.State == ledger.DeliveryStateProcessed
 }
 
-// handling prepares the handling of one leased delivery as job j: the
-// handler's call on a copy of the delivery (and, for a decision to
-// process, the fence), under j's context, which the handle timeout (and a
-// lost heartbeat) cancels, and its completion. A panic in either is a
+// handling is the task of handling one leased delivery: the handler's
+// call on a copy of the delivery (and, for a decision to process, the
+// fence), under the job's context, which the handle timeout (and a lost
+// heartbeat) cancels, and its completion. A panic in either is a
 // *PanicError.
-func (w *Worker) handling(ld *ledger.LeasedDelivery, j *job, c *workerCycle) userCall[handled] {
-	stopTimeout := w.cfg.afterFunc(w.cfg.handleTimeout, func() { j.cancel(ErrHandleTimeout) })
-	var hb *heartbeat
+type handling struct {
+	job
+	hb          heartbeat // renews the lease while the handler runs, when c.renewals is not nil
+	w           *Worker
+	c           *workerCycle
+	ld          *ledger.LeasedDelivery
+	start       time.Time
+	stopTimeout func() bool
+}
+
+// handling prepares the handling of ld (see fanOut).
+func (w *Worker) handling(ld *ledger.LeasedDelivery, values context.Context, c *workerCycle) task[handled] {
+	h := &handling{w: w, c: c, ld: ld}
+	h.init(values)
+	h.stopTimeout = w.cfg.afterFunc(w.cfg.handleTimeout, h.timedOut)
 	if c.renewals != nil {
-		hb = &heartbeat{c: c, ld: ld, cancel: j.cancel}
-		c.renewals.join(&hb.renewal, hb)
+		h.hb = heartbeat{c: c, ld: ld, job: &h.job}
+		c.renewals.join(&h.hb.renewal, &h.hb)
 	}
-	start := w.cfg.clock()
-	return userCall[handled]{
-		who: "handler",
-		call: func() (handled, error) {
-			dec, err := w.handler.Handle(j.ctx, ld.Delivery.Clone())
-			out := handled{dec: dec}
-			if err == nil && !dec.Release {
-				out.fence, err = w.fence(j.ctx, ld.Delivery.Target, dec)
-			}
-			return out, err
-		},
-		done: func(out handled, err error) {
-			out.err = err
-			dur := w.cfg.clock().Sub(start)
-			var r *renewal
-			if hb != nil {
-				r = &hb.renewal
-			}
-			j.end(c.renewals, r, stopTimeout, c.storeCtx, func(ctx context.Context) {
-				w.complete(ctx, ld, out, dur, c)
-			})
-		},
+	h.start = w.cfg.clock()
+	return h
+}
+
+func (h *handling) timedOut() { h.cancel(ErrHandleTimeout) }
+
+func (h *handling) call() (handled, error) {
+	dec, err := h.w.handler.Handle(h.ctx, h.ld.Delivery.Clone())
+	out := handled{dec: dec}
+	if err == nil && !dec.Release {
+		out.fence, err = h.w.fence(h.ctx, h.ld.Delivery.Target, dec)
 	}
+	return out, err
+}
+
+func (h *handling) done(out handled, err error) {
+	out.err = err
+	dur := h.w.cfg.clock().Sub(h.start)
+	var r *renewal
+	if h.c.renewals != nil {
+		r = &h.hb.renewal
+	}
+	h.end(h.c.renewals, r, h.stopTimeout, h.c.storeCtx, func(ctx context.Context) {
+		h.w.complete(ctx, h.ld, out, dur, h.c)
+	})
 }
 
 // handled is the answer of the user code for one delivery.
@@ -594,9 +610,9 @@ func (w *Worker) markProcessed(ctx context.Context, ld *ledger.LeasedDelivery, f
 // ErrLeaseLost.
 type heartbeat struct {
 	renewal
-	c      *workerCycle
-	ld     *ledger.LeasedDelivery
-	cancel func(cause error)
+	c   *workerCycle
+	ld  *ledger.LeasedDelivery
+	job *job // the handling's, which a lost lease cancels
 }
 
 func (hb *heartbeat) renew(sctx context.Context) func() bool {
@@ -618,7 +634,7 @@ func (hb *heartbeat) renew(sctx context.Context) func() bool {
 			ev.Kind = EventRenewLost
 			w.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: lease renewal did not apply; cancelling the handler",
 				slog.String("delivery_id", string(ld.Delivery.ID)), slog.String("outcome", string(res.Outcome)))
-			hb.cancel(ErrLeaseLost)
+			hb.job.cancel(ErrLeaseLost)
 			c.record(ev)
 			return false
 		}
