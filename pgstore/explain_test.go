@@ -195,6 +195,29 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		}
 	})
 
+	// A lease's UPDATE finds the rows it picked by their position (see
+	// pairTokens), not through the primary key again. Under the generic
+	// plan, which a pooled connection settles on, it is a TID scan; the
+	// control is the outbox's claim, which finds its rows by ID.
+	t.Run("LeaseUpdatesByPosition", func(t *testing.T) {
+		tidScan := func(plan planNode, table string) bool {
+			found := false
+			plan.walk(func(n planNode) { found = found || n.NodeType == "Tid Scan" && n.RelationName == table })
+			return found
+		}
+		claim := explainGeneric(ctx, t, pool, q.claimPending)
+		require.False(t, tidScan(claim, "outbox_entries"), "control: %s", claim.tree())
+		require.True(t, usesIndex(claim, "outbox_entries_pkey"), "control: %s", claim.tree())
+		for _, c := range cases {
+			if !strings.HasPrefix(c.name, "Lease") || c.name == "LeaseReclaim" {
+				continue
+			}
+			plan := explainGeneric(ctx, t, pool, c.sql)
+			require.True(t, tidScan(plan, "deliveries"), "%s: %s", c.name, plan.tree())
+			require.False(t, usesIndex(plan, "deliveries_pkey"), "%s: %s", c.name, plan.tree())
+		}
+	})
+
 	// The incarnation rule's lookup reads none of the leases of the
 	// calling incarnation (see TestExplainReclaimWithManyLeasesHeld).
 	t.Run("LeaseReclaimReadsOnlyWhatItTakesBack", func(t *testing.T) {

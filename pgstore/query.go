@@ -138,11 +138,31 @@ const outboxGrantSet = `
 // pairTokens closes a grant statement's picked CTE and pairs each picked
 // row with a token of $3, one each, in the granted CTE; the updated CTE
 // opens next.
+//
+// A lease's picked row carries its tuple's position (ctid AS tid) beside
+// its ID, and the UPDATE finds it there (grantedRow) rather than again
+// through the primary key, which a grant of 100 spent 400 buffer hits
+// on. The position is that of the version the pick locked, which no one
+// else can change before the statement ends.
+// When the pick had to lock a version newer than the statement's
+// snapshot (another transaction changed the row after the snapshot,
+// before the lock, and it still qualified), the UPDATE, which reads by
+// that snapshot, does not see that version and leaves the row alone: the
+// grant returns one record fewer, and the row, unchanged, is free again
+// at commit. The ID is matched too, so a position can never name another
+// record. The side-by-side drains of deliveries went 15% faster with it
+// (20,661 to 23,693 jobs/s, 81.7 to 70.7 µs of CPU a job); the outbox's
+// claims, which pick from a union of sources, went slower (2.3 to 3.6 ms
+// a claim of 100), so they find their rows by ID.
 const pairTokens = `), granted AS (
 	SELECT p.*, t.token
 	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
 	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
 ), updated AS (`
+
+// grantedRow is the condition by which a lease's UPDATE finds the rows
+// it picked (see pairTokens).
+const grantedRow = `d.ctid = granted.tid AND d.id = granted.id`
 
 // leaseTemplate is the lease statement: storekit.Delivery.Grant in SQL
 // (deliveryGrantSet) over up to $2 offerable rows of %[1]s matching %[2]s
@@ -169,7 +189,7 @@ const pairTokens = `), granted AS (
 // prove it equal to the Go transition.
 const leaseTemplate = `
 WITH picked AS (
-	SELECT id, state AS was_state, available_at AS was_available_at FROM %[1]s
+	SELECT id, ctid AS tid, state AS was_state, available_at AS was_available_at FROM %[1]s
 	WHERE %[2]s
 	ORDER BY ` + offerableOrder + `
 	LIMIT $2
@@ -180,7 +200,7 @@ WITH picked AS (
 		$10::text || ',"' || d.state || '",' || $11::text || ',' ||
 		CASE WHEN d.state = 'leased' THEN $13::text ELSE 'null' END || ',' || $12::text || ']]')::jsonb ELSE d.history END
 	FROM granted
-	WHERE d.id = granted.id
+	WHERE ` + grantedRow + `
 	RETURNING %[4]s, granted.was_state, granted.was_available_at
 )
 SELECT %[3]s FROM updated ORDER BY was_available_at, id`
