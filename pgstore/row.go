@@ -521,7 +521,7 @@ func cell[T string | time.Time | int64 | bool](c *cells, v T) *T {
 	return &v
 }
 
-// optStringCell is optString with its value in c.
+// optStringCell maps "" to NULL, and any other string to a cell of c.
 func optStringCell(c *cells, s string) *string {
 	if s == "" {
 		return nil
@@ -529,7 +529,7 @@ func optStringCell(c *cells, s string) *string {
 	return cell(c, s)
 }
 
-// optTimeCell is optTime with its value in c.
+// optTimeCell maps the zero time to NULL, and any other to a cell of c.
 func optTimeCell(c *cells, t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
@@ -576,14 +576,6 @@ func optMetadata(md ledger.Metadata) ledger.Metadata {
 		return nil
 	}
 	return md
-}
-
-// optTime maps the zero time to NULL.
-func optTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // fromOptTime maps NULL to the zero time and anything else to UTC
