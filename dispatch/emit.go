@@ -46,11 +46,7 @@ func (e *emission) call() (ledger.EmissionResult, error) {
 
 func (e *emission) done(res ledger.EmissionResult, emitErr error) {
 	dur := e.d.cfg.clock().Sub(e.start)
-	var r *renewal
-	if e.c.renewals != nil {
-		r = &e.keep.renewal
-	}
-	e.end(e.c.renewals, r, e.stopTimeout, e.c.storeCtx, func(ctx context.Context) {
+	e.end(e.c.renewals, &e.keep.renewal, e.stopTimeout, e.c.storeCtx, func(ctx context.Context) {
 		e.d.complete(ctx, e.ce, res, emitErr, dur, e.c)
 	})
 }

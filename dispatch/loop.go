@@ -268,14 +268,14 @@ func (j *job) cancel(cause error) {
 	}
 }
 
-// end ends j before its item is completed: it leaves rs (r, when the
-// item was renewed), stops the timeout, and then runs complete under a
-// store context of sc. The renewal stops first, so that no renewal can
-// race the completion and report a claim or lease lost only because it
-// ended.
+// end ends j before its item is completed: it takes r out of rs (when
+// the item was renewed: rs is not nil), stops the timeout, and then runs
+// complete under a store context of sc. The renewal stops first, so that
+// no renewal can race the completion and report a claim or lease lost
+// only because it ended.
 func (j *job) end(rs *renewals, r *renewal, stopTimeout func() bool, sc *storeContexts, complete func(context.Context)) {
 	defer j.cancelCtx(nil)
-	if r != nil {
+	if rs != nil {
 		rs.leave(r)
 	}
 	stopTimeout()
@@ -412,15 +412,18 @@ func fanOut[T, A any](ctx, flight context.Context, who string, items []T, limit 
 func runUser[A any](j *job, who string, t task[A]) bool {
 	var v A
 	var err error
-	if j.ctx.Err() == nil {
+	// A job cancelled while it was prepared never calls the user's code.
+	// One cancelled while the call runs keeps the call's answer when the
+	// call returned first, as a completed emission must be recorded as
+	// such.
+	ran := j.ctx.Err() == nil
+	if ran {
 		v, err = callRecover(t.call)
 	}
 	if !j.state.CompareAndSwap(jobRunning, jobAnswered) {
 		return false
 	}
-	if err == nil && j.ctx.Err() != nil {
-		// Cancelled before the call began (while the job was prepared):
-		// it never ran.
+	if !ran {
 		err = context.Cause(j.ctx)
 	}
 	t.done(v, explainCancel(j.ctx, who, err))

@@ -475,11 +475,7 @@ func (h *handling) call() (handled, error) {
 func (h *handling) done(out handled, err error) {
 	out.err = err
 	dur := h.w.cfg.clock().Sub(h.start)
-	var r *renewal
-	if h.c.renewals != nil {
-		r = &h.hb.renewal
-	}
-	h.end(h.c.renewals, r, h.stopTimeout, h.c.storeCtx, func(ctx context.Context) {
+	h.end(h.c.renewals, &h.hb.renewal, h.stopTimeout, h.c.storeCtx, func(ctx context.Context) {
 		h.w.complete(ctx, h.ld, out, dur, h.c)
 	})
 }

@@ -537,12 +537,8 @@ func optTimeCell(c *cells, t time.Time) *time.Time {
 	return cell(c, t)
 }
 
-func optString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
+// optString maps "" to NULL, and any other string to a copy on the heap.
+func optString(s string) *string { return optStringCell(nil, s) }
 
 // optBytes maps an empty payload to nil (NULL), so nil and empty read back
 // the same, as nil.
