@@ -195,26 +195,40 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		}
 	})
 
-	// A lease's UPDATE finds the rows it picked by their position (see
-	// pairTokens), not through the primary key again. Under the generic
-	// plan, which a pooled connection settles on, it is a TID scan; the
-	// control is the outbox's claim, which finds its rows by ID.
-	t.Run("LeaseUpdatesByPosition", func(t *testing.T) {
-		tidScan := func(plan planNode, table string) bool {
+	// A grant's UPDATE finds the rows it picked by their position (see
+	// pairTokens), not through the primary key again, and pairs them with
+	// their tokens by subscript, not by a join with unnest($3), which a
+	// generic plan rescanned for every picked row. Under the generic plan,
+	// which a pooled connection settles on, the UPDATE reads a TID scan and
+	// no function scan. The controls are the same statements rewritten the
+	// old ways.
+	t.Run("GrantsUpdateByPosition", func(t *testing.T) {
+		scans := func(plan planNode, node, table string) bool {
 			found := false
-			plan.walk(func(n planNode) { found = found || n.NodeType == "Tid Scan" && n.RelationName == table })
+			plan.walk(func(n planNode) { found = found || n.NodeType == node && (table == "" || n.RelationName == table) })
 			return found
 		}
-		claim := explainGeneric(ctx, t, pool, q.claimPending)
-		require.False(t, tidScan(claim, "outbox_entries"), "control: %s", claim.tree())
-		require.True(t, usesIndex(claim, "outbox_entries_pkey"), "control: %s", claim.tree())
+		byID := strings.Replace(q.claimPending, grantedRow, "d.id = granted.id", 1)
+		require.NotEqual(t, q.claimPending, byID)
+		control := explainGeneric(ctx, t, pool, byID)
+		require.False(t, scans(control, "Tid Scan", "outbox_entries"), "control: %s", control.tree())
+		joined := strings.Replace(q.lease[0][0], pairTokens, `), granted AS (
+	SELECT p.*, t.token
+	FROM (SELECT picked.*, row_number() OVER () AS n FROM picked) AS p
+	JOIN unnest($3::text[]) WITH ORDINALITY AS t(token, n) ON t.n = p.n
+), updated AS (`, 1)
+		require.NotEqual(t, q.lease[0][0], joined)
+		control = explainGeneric(ctx, t, pool, joined)
+		require.True(t, scans(control, "Function Scan", ""), "control: %s", control.tree())
 		for _, c := range cases {
-			if !strings.HasPrefix(c.name, "Lease") || c.name == "LeaseReclaim" {
+			grant := strings.HasPrefix(c.name, "Claim") || strings.HasPrefix(c.name, "Lease") && c.name != "LeaseReclaim"
+			if !grant {
 				continue
 			}
 			plan := explainGeneric(ctx, t, pool, c.sql)
-			require.True(t, tidScan(plan, "deliveries"), "%s: %s", c.name, plan.tree())
-			require.False(t, usesIndex(plan, "deliveries_pkey"), "%s: %s", c.name, plan.tree())
+			require.True(t, scans(plan, "Tid Scan", c.table), "%s: %s", c.name, plan.tree())
+			require.False(t, usesIndex(plan, c.table+"_pkey"), "%s: %s", c.name, plan.tree())
+			require.False(t, scans(plan, "Function Scan", ""), "%s: %s", c.name, plan.tree())
 		}
 	})
 
