@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/storekit"
@@ -227,11 +228,13 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 		tokens[i] = string(storekit.NewToken())
 	}
 	var out []ledger.ClaimedEntry
+	var pos []tuplePos // by claim
 	entry := claimEntryArgs(req.Worker, now)
 	args := []any{now, req.Limit, tokens, req.Worker, now.Add(req.LeaseDuration.Truncate(time.Microsecond)),
 		entry[0], entry[1], !s.cfg.noHistory}
 	var r outboxRow
-	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
+	var tid pgtype.TID
+	ptrs := append(pointers(r.readColumns()), &tid) // Scan writes every field of r, every row
 	scan := func(rows pgx.Rows) error {
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
@@ -241,11 +244,12 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 			return errRowChanged
 		}
 		out = append(out, ledger.ClaimedEntry{Claim: *e.Claim, Entry: e})
+		pos = append(pos, posOf(tid))
 		return nil
 	}
 	if s.callerTx {
 		err = s.inTx(ctx, op, func(tx pgx.Tx) (bool, error) {
-			out = nil
+			out, pos = nil, nil
 			rows, err := tx.Query(ctx, query, args...)
 			if err != nil {
 				return false, err
@@ -262,7 +266,7 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 			return len(out) > 0, nil
 		})
 	} else if err = s.claims.enter(ctx); err == nil {
-		err = s.trip(ctx, op, []tripStatement{{sql: grantPrelude}, {sql: query, args: args, scan: scan}}, func() { out = nil })
+		err = s.trip(ctx, op, []tripStatement{{sql: grantPrelude}, {sql: query, args: args, scan: scan}}, func() { out, pos = nil, nil })
 		s.claims.leave()
 	} else {
 		err = wrap(ctx, op, err)
@@ -271,8 +275,8 @@ func (o *Outbox) claim(ctx context.Context, op, query string, req ledger.ClaimRe
 		return nil, err
 	}
 	if s.held != nil {
-		for _, ce := range out {
-			s.held.keepEntry(ce.Entry.Clone())
+		for i, ce := range out {
+			s.held.keepEntry(ce.Entry.Clone(), pos[i])
 		}
 	}
 	return claimedOut(out, nil)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/leaseledger/ledger"
 	"github.com/leaseledger/ledger/storekit"
@@ -80,14 +81,15 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		defer s.leases.leave()
 	}
 	var res ledger.LeaseResult
+	var pos []tuplePos // by grant
 	done := false
 	if !s.callerTx {
-		if res.Leased, done, err = s.leaseTrip(ctx, filter, owner, now, duration, limit); err != nil {
+		if res.Leased, pos, done, err = s.leaseTrip(ctx, filter, owner, now, duration, limit); err != nil {
 			return ledger.LeaseResult{}, err
 		}
 	}
 	if !done {
-		err = s.leaseTx(ctx, filter, owner, now, duration, limit, &res)
+		pos, err = s.leaseTx(ctx, filter, owner, now, duration, limit, &res)
 	}
 	if err != nil {
 		return ledger.LeaseResult{}, err
@@ -96,8 +98,8 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 		for _, id := range res.Reclaimed {
 			s.held.deliveries.cache.drop(string(id))
 		}
-		for _, l := range res.Leased {
-			s.held.keepDelivery(l.Delivery.Clone())
+		for i, l := range res.Leased {
+			s.held.keepDelivery(l.Delivery.Clone(), pos[i])
 		}
 	}
 	return leaseOut(res, nil)
@@ -110,10 +112,11 @@ func (s *Store) Lease(ctx context.Context, filter ledger.LeaseFilter, owner ledg
 // false when it had, and Lease then takes them back and grants in
 // leaseTx.
 func (s *Store) leaseTrip(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int) (
-	_ []ledger.LeasedDelivery, done bool, _ error) {
+	_ []ledger.LeasedDelivery, _ []tuplePos, done bool, _ error) {
 	sql, args := s.leaseStatement(filter, owner, now, duration, limit)
 	var others int
 	var out []ledger.LeasedDelivery
+	var pos []tuplePos
 	err := s.trip(ctx, "lease", []tripStatement{
 		{sql: grantPrelude},
 		{sql: s.q.advisoryXL, args: []any{agentLockKey(s.cfg.schema, owner.Agent)}},
@@ -121,22 +124,23 @@ func (s *Store) leaseTrip(ctx context.Context, filter ledger.LeaseFilter, owner 
 			others++
 			return nil
 		}},
-		{sql: sql, args: args, scan: leaseScanner(&out)},
-	}, func() { others, out = 0, nil })
+		{sql: sql, args: args, scan: leaseScanner(&out, &pos)},
+	}, func() { others, out, pos = 0, nil, nil })
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	// A grant beside leases to take back cannot be (reclaimFirst); were
 	// it made, it is answered rather than lost.
-	return out, others == 0 || len(out) > 0, nil
+	return out, pos, others == 0 || len(out) > 0, nil
 }
 
 // leaseTx is Lease in a transaction of several round trips, or a
 // savepoint of the caller's: the incarnation rule's reclaims, then the
-// grant, filling res.
+// grant, filling res. It returns the positions of the grants.
 func (s *Store) leaseTx(ctx context.Context, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int,
-	res *ledger.LeaseResult) error {
-	return s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
+	res *ledger.LeaseResult) ([]tuplePos, error) {
+	var pos []tuplePos
+	err := s.inTx(ctx, "lease", func(tx pgx.Tx) (bool, error) {
 		*res = ledger.LeaseResult{}
 		// Lease calls of one agent take turns, so that of two overlapping
 		// calls by different incarnations the later one sees, and takes
@@ -171,44 +175,47 @@ func (s *Store) leaseTx(ctx context.Context, filter ledger.LeaseFilter, owner le
 			}
 			after = last
 		}
-		leased, err := s.grant(ctx, tx, filter, owner, now, duration, limit, counts)
+		leased, p, err := s.grant(ctx, tx, filter, owner, now, duration, limit, counts)
 		if err != nil {
 			return false, err
 		}
-		res.Leased = leased
+		res.Leased, pos = leased, p
 		return res.Applied(), nil
 	})
+	return pos, err
 }
 
 // grant runs the lease statement (leaseTemplate: storekit.Delivery.Grant in
 // SQL, its history entries written by the same statement), writes the
 // changes of the terminal counts the reclaims before it collected in
-// counts (grants change none), and returns the grants in delivery order.
+// counts (grants change none), and returns the grants in delivery order,
+// and their positions.
 func (s *Store) grant(ctx context.Context, tx pgx.Tx, filter ledger.LeaseFilter, owner ledger.Owner, now time.Time, duration time.Duration, limit int,
-	counts deliveryCounts) ([]ledger.LeasedDelivery, error) {
+	counts deliveryCounts) ([]ledger.LeasedDelivery, []tuplePos, error) {
 	sql, args := s.leaseStatement(filter, owner, now, duration, limit)
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
 	var out []ledger.LeasedDelivery
-	scan := leaseScanner(&out)
+	var pos []tuplePos
+	scan := leaseScanner(&out, &pos)
 	for rows.Next() {
 		if err := scan(rows); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows.Close() // before the next statement on tx
 	b := &pgx.Batch{}
 	counts.queue(b, s.q, false)
 	if _, err := execBatch(ctx, tx, b); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, pos, nil
 }
 
 // leaseStatement returns the lease statement for filter and its
@@ -237,10 +244,11 @@ func (s *Store) leaseStatement(filter ledger.LeaseFilter, owner ledger.Owner, no
 }
 
 // leaseScanner returns the scan of the lease statement's rows, which
-// appends each grant to out.
-func leaseScanner(out *[]ledger.LeasedDelivery) func(pgx.Rows) error {
+// appends each grant to out and its position to pos.
+func leaseScanner(out *[]ledger.LeasedDelivery, pos *[]tuplePos) func(pgx.Rows) error {
 	var r deliveryRow
-	ptrs := pointers(r.readColumns()) // Scan writes every field of r, every row
+	var tid pgtype.TID
+	ptrs := append(pointers(r.readColumns()), &tid) // Scan writes every field of r, every row
 	return func(rows pgx.Rows) error {
 		if err := rows.Scan(ptrs...); err != nil {
 			return err
@@ -250,6 +258,7 @@ func leaseScanner(out *[]ledger.LeasedDelivery) func(pgx.Rows) error {
 			return errRowChanged
 		}
 		*out = append(*out, ledger.LeasedDelivery{Lease: *d.Lease, Delivery: d})
+		*pos = append(*pos, posOf(tid))
 		return nil
 	}
 }

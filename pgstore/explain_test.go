@@ -232,6 +232,30 @@ func TestExplainHotQueriesUseIndexes(t *testing.T) {
 		}
 	})
 
+	// A held write finds its rows where the grant, or the held write
+	// before it, wrote them (positionBit), matching the ID: a TID scan, not
+	// the primary key. A held copy of unknown position makes its group go
+	// by ID: the control.
+	t.Run("HeldWritesByPosition", func(t *testing.T) {
+		for name, k := range map[string]struct {
+			table *bulkTable
+			tail  *heldTail
+			rel   string
+		}{
+			"Deliveries": {s.held.deliveries.kind.table, s.held.deliveries.tail, "deliveries"},
+			"Entries":    {s.held.entries.kind.table, s.held.entries.tail, "outbox_entries"},
+		} {
+			version := uint64(1) << (len(k.table.names) - 1)
+			byID := explainGeneric(ctx, t, pool, k.table.heldStatement(version, k.tail).sql)
+			require.True(t, usesIndex(byID, k.rel+"_pkey"), "%s, control: %s", name, byID.tree())
+			plan := explainGeneric(ctx, t, pool, k.table.heldStatement(version|positionBit, k.tail).sql)
+			tid := false
+			plan.walk(func(n planNode) { tid = tid || n.NodeType == "Tid Scan" && n.RelationName == k.rel })
+			require.True(t, tid, "%s: %s", name, plan.tree())
+			require.False(t, usesIndex(plan, k.rel+"_pkey"), "%s: %s", name, plan.tree())
+		}
+	})
+
 	// The incarnation rule's lookup reads none of the leases of the
 	// calling incarnation (see TestExplainReclaimWithManyLeasesHeld).
 	t.Run("LeaseReclaimReadsOnlyWhatItTakesBack", func(t *testing.T) {

@@ -555,8 +555,9 @@ func runCommitFault(t *testing.T, fault commitFault, held bool) {
 	f := newFaultFixture(t)
 	ctx, s := f.ctx, f.s
 	for _, id := range f.ids {
-		_, ok := s.held.deliveries.cache.get(string(id))
+		_, pos, ok := s.held.deliveries.cache.get(string(id))
 		require.True(t, ok, "%s is held from its lease", id)
+		require.True(t, pos.known(), "%s is held with the position its lease wrote", id)
 		if !held {
 			s.held.deliveries.cache.drop(string(id))
 		}

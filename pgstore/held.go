@@ -41,27 +41,35 @@ const heldMax = 1 << 16
 // heldRecords is the cache of one kind of record, by ID.
 type heldRecords[R any] struct {
 	mu sync.Mutex
-	m  map[string]R
+	m  map[string]heldCopy[R]
+}
+
+// heldCopy is a held record and, when the statement that wrote it said,
+// the position of the version it wrote (see position.go).
+type heldCopy[R any] struct {
+	r   R
+	pos tuplePos
 }
 
 func newHeldRecords[R any]() *heldRecords[R] {
-	return &heldRecords[R]{m: make(map[string]R)}
+	return &heldRecords[R]{m: make(map[string]heldCopy[R])}
 }
 
-// get returns the held copy of record id. The caller must not change
-// what it shares with the cache (its payload and metadata); state
-// machine steps return new records and never do.
-func (h *heldRecords[R]) get(id string) (R, bool) {
+// get returns the held copy of record id and its position. The caller
+// must not change what it shares with the cache (its payload and
+// metadata); state machine steps return new records and never do.
+func (h *heldRecords[R]) get(id string) (R, tuplePos, bool) {
 	h.mu.Lock()
-	r, ok := h.m[id]
+	c, ok := h.m[id]
 	h.mu.Unlock()
-	return r, ok
+	return c.r, c.pos, ok
 }
 
-// put keeps r, committed, as the held copy of record id, replacing
-// whatever was held: the caller committed it, so it is the newest. When
-// the cache is full some other record is dropped.
-func (h *heldRecords[R]) put(id string, r R) {
+// put keeps r, committed at pos (the zero tuplePos when not known), as
+// the held copy of record id, replacing whatever was held: the caller
+// committed it, so it is the newest. When the cache is full some other
+// record is dropped.
+func (h *heldRecords[R]) put(id string, r R, pos tuplePos) {
 	h.mu.Lock()
 	if _, ok := h.m[id]; !ok && len(h.m) >= heldMax {
 		for k := range h.m { // map order: an arbitrary victim
@@ -69,7 +77,7 @@ func (h *heldRecords[R]) put(id string, r R) {
 			break
 		}
 	}
-	h.m[id] = r
+	h.m[id] = heldCopy[R]{r: r, pos: pos}
 	h.mu.Unlock()
 }
 
@@ -113,21 +121,21 @@ func newHeldState(schema string, q *queries) *heldState {
 	}
 }
 
-// keepEntry keeps e, just committed by this store, while a claim is in
-// force on it, and forgets it otherwise.
-func (h *heldState) keepEntry(e ledger.OutboxEntry) {
+// keepEntry keeps e, just committed by this store at pos (the zero
+// tuplePos when not known), while a claim is in force on it, and forgets
+// it otherwise.
+func (h *heldState) keepEntry(e ledger.OutboxEntry, pos tuplePos) {
 	if e.Claim != nil {
-		h.entries.cache.put(string(e.ID), e)
+		h.entries.cache.put(string(e.ID), e, pos)
 		return
 	}
 	h.entries.cache.drop(string(e.ID))
 }
 
-// keepDelivery keeps d, just committed by this store, while a lease is in
-// force on it, and forgets it otherwise.
-func (h *heldState) keepDelivery(d ledger.Delivery) {
+// keepDelivery is keepEntry for deliveries: while a lease is in force.
+func (h *heldState) keepDelivery(d ledger.Delivery, pos tuplePos) {
 	if d.Lease != nil {
-		h.deliveries.cache.put(string(d.ID), d)
+		h.deliveries.cache.put(string(d.ID), d, pos)
 		return
 	}
 	h.deliveries.cache.drop(string(d.ID))
@@ -136,13 +144,15 @@ func (h *heldState) keepDelivery(d ledger.Delivery) {
 // settledEntry updates the cache after the ordinary path decided a call
 // on entry id and committed (or rolled back) res: an applied transition
 // keeps its record, anything else forgets the held copy, which may be
-// stale. A nil h (a store bound to a caller's transaction) does nothing.
+// stale. The ordinary path does not read the position of what it wrote, so
+// a held write on the record finds it by ID. A nil h (a store bound to a
+// caller's transaction) does nothing.
 func (h *heldState) settledEntry(id ledger.OutboxEntryID, res ledger.OutboxResult) {
 	if h == nil {
 		return
 	}
 	if res.Outcome == ledger.OutcomeApplied {
-		h.keepEntry(res.Entry.Clone())
+		h.keepEntry(res.Entry.Clone(), tuplePos{})
 		return
 	}
 	h.entries.cache.drop(string(id))
@@ -154,7 +164,7 @@ func (h *heldState) settledDelivery(id ledger.DeliveryID, res ledger.DeliveryRes
 		return
 	}
 	if res.Outcome == ledger.OutcomeApplied {
-		h.keepDelivery(res.Delivery.Clone())
+		h.keepDelivery(res.Delivery.Clone(), tuplePos{})
 		return
 	}
 	h.deliveries.cache.drop(string(id))

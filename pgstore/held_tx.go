@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -28,15 +29,26 @@ type heldTail struct {
 	countTypes []string
 }
 
+// positionBit in the mask of a held write says that the position of
+// every held version is known (position.go): the statement then takes
+// them as $4 and finds its rows there, a TID scan of one page a row,
+// rather than through the primary key. A held copy whose position is
+// not known (the ordinary path wrote it) makes its group go by ID.
+const positionBit = uint64(1) << 62
+
 // heldStatement returns the held write of the columns in mask (bit j:
 // column j of t): $1 the IDs, $2 the versions and $3 the tokens held,
-// one array per column in mask, then, when mask has historyBit, the
-// history entries to append (historyLog.of), and the count changes: the
-// ID, one array per key column and the change. It returns the IDs of the
-// rows it wrote.
+// with positionBit $4 their positions, one array per column in mask,
+// then, when mask has historyBit, the history entries to append
+// (historyLog.of), and the count changes: the ID, one array per key
+// column and the change. It returns the ID of each row it wrote and the
+// position of the version it wrote there.
 //
-// The rows are found from the arrays through the primary key, as in
-// bulkTable.statement (unnestIDs). The token is compared with IS NOT DISTINCT FROM,
+// The rows are found from the arrays by their positions, matching the
+// ID too, or through the primary key, as in bulkTable.statement
+// (unnestIDs). A position names the version the store wrote last; a
+// row that moved on since has another version elsewhere, and the
+// statement leaves it alone as it would at the held version's check. The token is compared with IS NOT DISTINCT FROM,
 // never NULL on either side here, because an equality would let the
 // planner prove the predicate of the partial index of claims (or leases)
 // and read every claim in force to find a group's few.
@@ -48,6 +60,11 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 	}
 	params := []string{"$1::text[]", "$2::bigint[]", "$3::text[]"}
 	aliases := []string{"id", "read_version", "read_token"}
+	found := "t.id = u.id"
+	if mask&positionBit != 0 {
+		params, aliases = append(params, "$4::tid[]"), append(aliases, "tid")
+		found = "t.ctid = u.tid AND t.id = u.id"
+	}
 	var sets []string
 	for j, name := range t.names {
 		if mask&(1<<j) == 0 {
@@ -72,12 +89,12 @@ func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 	keys := strings.Join(tail.countKeys, ", ")
 	sql := "WITH upd AS (UPDATE " + t.table + " AS t SET " + strings.Join(sets, ", ") +
 		" FROM " + unnestIDs(params, aliases) +
-		" WHERE t.id = u.id AND t.version = u.read_version AND t." + tail.token + " IS NOT DISTINCT FROM u.read_token RETURNING t.id)," +
+		" WHERE " + found + " AND t.version = u.read_version AND t." + tail.token + " IS NOT DISTINCT FROM u.read_token RETURNING t.id, t.ctid AS tid)," +
 		" cnt AS (INSERT INTO " + tail.counts + " AS c (" + keys + ", n) SELECT " + keys + ", sum(k.n)::bigint FROM unnest(" +
 		strings.Join(countParams, ", ") + ") AS k(id, " + keys + ", n) WHERE k.id IN (SELECT id FROM upd)" +
 		" GROUP BY " + keys + " HAVING sum(k.n) <> 0 ORDER BY " + keys +
 		" ON CONFLICT (" + keys + ") DO UPDATE SET n = c.n + excluded.n)" +
-		" SELECT id FROM upd"
+		" SELECT id, tid FROM upd"
 	st := newArrayStatement(sql)
 	if len(t.held) < maxBulkStatements {
 		t.held[mask] = st
@@ -94,6 +111,7 @@ type heldWrite[R any] struct {
 	tail     *heldTail
 	ids      []string
 	tokens   []string
+	pos      []tuplePos       // by call: where the held version lies
 	versions map[string]int64 // as held
 	last     map[string]R
 	mask     uint64
@@ -112,8 +130,8 @@ func newHeldWrite[R any](k *recordKind[R], tail *heldTail, counts heldCounts, no
 }
 
 // add records the write of after over held, whose claim or lease token
-// is token, and the columns it changes.
-func (w *heldWrite[R]) add(id, token string, held, after R) error {
+// is token and whose version lies at pos, and the columns it changes.
+func (w *heldWrite[R]) add(id, token string, pos tuplePos, held, after R) error {
 	before, err := w.held(held)
 	if err != nil {
 		return err
@@ -130,6 +148,7 @@ func (w *heldWrite[R]) add(id, token string, held, after R) error {
 	version := len(cols) - 1
 	w.ids = append(w.ids, id)
 	w.tokens = append(w.tokens, token)
+	w.pos = append(w.pos, pos)
 	w.versions[id] = *before[version].ptr.(*int64)
 	w.last[id] = after
 	return nil
@@ -157,6 +176,11 @@ func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
 		versions[i] = w.versions[id]
 	}
 	arrays := []binArray{textArray(w.ids), int8Array(versions), textArray(w.tokens)}
+	if !slices.ContainsFunc(w.pos, func(p tuplePos) bool { return !p.known() }) {
+		mask |= positionBit
+		arrays = append(arrays, tidArray(w.pos))
+	}
+	fixed := len(arrays)
 	var written []int // the columns written, in order
 	for j := 1; j < len(t.names); j++ {
 		if mask&(1<<j) != 0 {
@@ -164,7 +188,7 @@ func (w *heldWrite[R]) statement() (arrayStatement, [][]byte, error) {
 			arrays = append(arrays, newBinArray(typeOID(t.types[j]), len(w.ids), 16))
 		}
 	}
-	columns := arrays[3:]
+	columns := arrays[fixed:]
 	for _, id := range w.ids {
 		cols, err := w.after(w.last[id])
 		if err != nil {
@@ -284,7 +308,7 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		if shared[ids[i]] {
 			continue
 		}
-		held, ok := k.cache.get(ids[i])
+		held, pos, ok := k.cache.get(ids[i])
 		if !ok || held.Claim == nil {
 			continue
 		}
@@ -292,7 +316,7 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		if outcome != ledger.OutcomeApplied {
 			continue
 		}
-		if w.add(ids[i], string(held.Claim.Token), held, next) != nil {
+		if w.add(ids[i], string(held.Claim.Token), pos, held, next) != nil {
 			continue
 		}
 		ch := entryChangeOf(c.h, held, next)
@@ -308,9 +332,9 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 		e := w.last[ids[i]]
 		cs[i].wrote = &e
 	}
-	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.OutboxResult {
+	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int, pos tuplePos) ledger.OutboxResult {
 		after := w.last[ids[i]]
-		s.held.keepEntry(after)
+		s.held.keepEntry(after, pos)
 		return ledger.OutboxResult{Outcome: ledger.OutcomeApplied, Entry: after.Clone()}
 	})
 	return out
@@ -318,10 +342,11 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 
 // settleHeld decides the picked calls of a held write from what
 // runHeldWrite answered (written, err): a call whose row was written gets
-// applied(i); with an error after which nothing was written, or a row
-// that moved on (its held copy stale), the call is left to the ordinary
-// path; with an error whose outcome is unknown, the call's row is read
-// (verdict, settle.go): a row that is what the write made gets applied(i),
+// applied(i, the position written); with an error after which nothing
+// was written, or a row that moved on (its held copy stale), the call is
+// left to the ordinary path; with an error whose outcome is unknown, the
+// call's row is read (verdict, settle.go): a row that is what the write
+// made gets applied(i, an unknown position),
 // a row still at the held version is left to the ordinary path, and
 // anything else gets the error. Every call but the applied ones drops its
 // record's held copy.
@@ -329,10 +354,11 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 // tried(i) is called for every call left to the ordinary path after an
 // error taken for "nothing committed", so that the ordinary path knows
 // what the write wrote (deliveryCompletion.wrote).
-func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, written map[string]bool, err error, drop func(string),
-	verdict func(i int) commitVerdict, tried func(i int), applied func(i int) Res) {
+func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, written map[string]tuplePos, err error, drop func(string),
+	verdict func(i int) commitVerdict, tried func(i int), applied func(i int, pos tuplePos) Res) {
 	for _, i := range picked {
 		id := ids[i]
+		pos, wrote := written[id]
 		switch {
 		case err != nil && written == nil:
 			tried(i)
@@ -340,7 +366,7 @@ func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, wri
 		case err != nil:
 			switch verdict(i) {
 			case commitLanded:
-				out[i] = heldOutcome[Res]{decided: true, res: applied(i)}
+				out[i] = heldOutcome[Res]{decided: true, res: applied(i, tuplePos{})}
 			case commitLost:
 				tried(i)
 				drop(id)
@@ -348,8 +374,8 @@ func settleHeld[Res any](out []heldOutcome[Res], picked []int, ids []string, wri
 				out[i] = heldOutcome[Res]{decided: true, err: err}
 				drop(id)
 			}
-		case written[id]:
-			out[i] = heldOutcome[Res]{decided: true, res: applied(i)}
+		case wrote:
+			out[i] = heldOutcome[Res]{decided: true, res: applied(i, pos)}
 		default:
 			drop(id)
 		}
@@ -393,7 +419,7 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 			// row's lock: the ordinary path takes it.
 			continue
 		}
-		held, ok := k.cache.get(ids[i])
+		held, pos, ok := k.cache.get(ids[i])
 		if !ok || held.Lease == nil {
 			continue
 		}
@@ -411,7 +437,7 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 			steps[1] = transitionOf(c.thenHow, next, done)
 			next = done
 		}
-		if w.add(ids[i], string(held.Lease.Token), held, next) != nil {
+		if w.add(ids[i], string(held.Lease.Token), pos, held, next) != nil {
 			continue
 		}
 		w.hist.add(ids[i], steps[0])
@@ -433,29 +459,29 @@ func (s *Store) runHeldDeliveries(ctx context.Context, cs []deliveryCompletion) 
 		d := w.last[ids[i]]
 		cs[i].wrote = &d
 	}
-	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int) ledger.DeliveryResult {
+	settleHeld(out, picked, ids, written, err, k.cache.drop, heldVerdict(ctx, s, w, ids), tried, func(i int, pos tuplePos) ledger.DeliveryResult {
 		after := w.last[ids[i]]
 		if cs[i].then != nil {
 			*cs[i].first = ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: firsts[i].Clone()}
 		}
-		s.held.keepDelivery(after)
+		s.held.keepDelivery(after, pos)
 		return ledger.DeliveryResult{Outcome: ledger.OutcomeApplied, Delivery: after.Clone()}
 	})
 	return out
 }
 
 // runHeldWrite writes w, retrying safely retryable failures like inTx.
-// It returns the IDs written; on an error it returns nil when nothing
-// was written, or a non-nil empty set with an error that says the
-// outcome is unknown.
-func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[string]bool, error) {
+// It returns the IDs written, each with the position of the version
+// written; on an error it returns nil when nothing was written, or a
+// non-nil empty set with an error that says the outcome is unknown.
+func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[string]tuplePos, error) {
 	st, params, err := w.statement()
 	if err != nil {
 		return nil, err
 	}
 	formats := arrayFormats(len(params), 0)
 	for n := 0; ; n++ {
-		var written map[string]bool
+		var written map[string]tuplePos
 		committing, err := s.onTrip(ctx, func(tctx context.Context, conn *pgx.Conn) (bool, error) {
 			res, err := s.arrays.get().exec(tctx, conn, st, params, formats)
 			if err != nil {
@@ -467,9 +493,9 @@ func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[st
 				}
 				return tripOutcome(nil, res.Err, nil)
 			}
-			written = make(map[string]bool, len(res.Rows))
+			written = make(map[string]tuplePos, len(res.Rows))
 			for _, row := range res.Rows {
-				written[string(row[0])] = true
+				written[string(row[0])] = parsePos(row[1])
 			}
 			return false, nil
 		})
@@ -477,7 +503,7 @@ func runHeldWrite[R any](ctx context.Context, s *Store, w *heldWrite[R]) (map[st
 			return written, nil
 		}
 		if committing {
-			return map[string]bool{}, errHeldUnknown(err)
+			return map[string]tuplePos{}, errHeldUnknown(err)
 		}
 		if n >= s.cfg.maxRetries || ctx.Err() != nil || !retryable(err) || backoff(ctx, n) != nil {
 			return nil, err

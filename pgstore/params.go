@@ -30,6 +30,7 @@ const (
 	oidInt2        = 21
 	oidInt4        = 23
 	oidText        = 25
+	oidTID         = 27
 	oidTimestamptz = 1184
 	oidJSONB       = 3802
 )
@@ -37,7 +38,7 @@ const (
 // sqlTypes names the element types above in SQL.
 var sqlTypes = map[uint32]string{
 	oidBool: "boolean", oidBytea: "bytea", oidInt8: "bigint", oidInt2: "smallint", oidInt4: "integer",
-	oidText: "text", oidTimestamptz: "timestamptz", oidJSONB: "jsonb",
+	oidText: "text", oidTID: "tid", oidTimestamptz: "timestamptz", oidJSONB: "jsonb",
 }
 
 // typeOID is the OID of the SQL type named typ, one of sqlTypes'; 0 for

@@ -171,8 +171,9 @@ const grantedRow = `d.ctid = granted.tid AND d.id = granted.id`
 // in delivery order (offerableOrder), skipping rows other callers hold,
 // each paired with a token of $3. It appends each grant's history entry
 // to the record's own (migrations/0012) when $14 is true, and returns the
-// granted records (%[3]s, unqualified column names) in delivery order:
-// the order of the records as they were offered, which the grant changed.
+// granted records (%[3]s, unqualified column names), each followed by the
+// position of the version written (position.go), in delivery order: the
+// order of the records as they were offered, which the grant changed.
 //
 // One statement instead of an UPDATE and a read-back of the old values:
 // a lease's cost is then one round trip and the rows it writes, and a
@@ -203,9 +204,9 @@ WITH picked AS (
 		CASE WHEN d.state = 'leased' THEN $13::text ELSE 'null' END || ',' || $12::text || ']]')::jsonb ELSE d.history END
 	FROM granted
 	WHERE ` + grantedRow + `
-	RETURNING %[4]s, granted.was_state, granted.was_available_at
+	RETURNING %[4]s, d.ctid AS tid, granted.was_state, granted.was_available_at
 )
-SELECT %[3]s FROM updated ORDER BY was_available_at, id`
+SELECT %[3]s, tid FROM updated ORDER BY was_available_at, id`
 
 // claimSource is where a claim statement picks from: the entries
 // matching where, in order, the key of that order as (at, seq, id) and
@@ -244,10 +245,11 @@ func claimPicks(table string, n int, src claimSource) (ctes, union string) {
 // in SQL (outboxGrantSet) over up to $2 rows picked by %[2]s (the CTEs of
 // claimPicks) from %[3]s (their union), in (class, at, seq, id) order,
 // each paired with a token of $3, the history entries appended by the
-// same statement when $8 is true, and the claimed entries (%[4]s) returned
-// in order %[6]s, which a claim does not change. A claim changes neither the
-// status nor the last error, so its entry (storekit.EntryTransition) goes
-// from the status to itself and has no reason. Parameters beside
+// same statement when $8 is true, and the claimed entries (%[4]s), each
+// followed by the position of the version written, returned in order
+// %[6]s, which a claim does not change. A claim changes neither the status
+// nor the last error, so its entry (storekit.EntryTransition) goes from
+// the status to itself and has no reason. Parameters beside
 // outboxGrantSet's, the entry's parts as JSON text (claimEntryArgs): $6
 // the operation, $7 the outcome, the actor (the worker), the reason and
 // the time; $8 whether history is on. The entry is put together as
@@ -264,9 +266,9 @@ WITH %[2]s, picked AS (
 		$6::text || ',"' || d.status || '","' || d.status || '",' || $7::text || ']]')::jsonb ELSE d.history END
 	FROM granted
 	WHERE ` + grantedRow + `
-	RETURNING %[5]s, d.enqueue_seq
+	RETURNING %[5]s, d.enqueue_seq, d.ctid AS tid
 )
-SELECT %[4]s FROM updated ORDER BY %[6]s`
+SELECT %[4]s, tid FROM updated ORDER BY %[6]s`
 
 // dueOrder orders what ClaimDue returns: retry-ready entries first, as
 // retryOrder, then pending ones, as pendingOrder.
