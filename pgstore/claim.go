@@ -335,39 +335,39 @@ func (o *Outbox) completeClaimAlone(ctx context.Context, op string, h how, id le
 // MarkClaimDelivered ends the claimed entry as Delivered (see
 // ledger.ClaimStore).
 func (o *Outbox) MarkClaimDelivered(ctx context.Context, claim ledger.Claim, result ledger.EmissionResult) (ledger.OutboxResult, error) {
-	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkDelivered, Result: result})
+	return o.completeOne(ctx, &ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkDelivered, Result: result})
 }
 
 // MarkClaimFailed records a failed emission under the claim (see
 // ledger.ClaimStore).
 func (o *Outbox) MarkClaimFailed(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, nextRetry *time.Time) (ledger.OutboxResult, error) {
-	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkFailed, Error: emissionErr, NextRetry: nextRetry})
+	return o.completeOne(ctx, &ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkFailed, Error: emissionErr, NextRetry: nextRetry})
 }
 
 // MarkClaimDeadLettered ends the claimed entry as DeadLettered (see
 // ledger.ClaimStore).
 func (o *Outbox) MarkClaimDeadLettered(ctx context.Context, claim ledger.Claim, emissionErr ledger.EmissionError, reason string) (ledger.OutboxResult, error) {
-	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkDeadLettered, Error: emissionErr, Reason: reason})
+	return o.completeOne(ctx, &ledger.ClaimCompletion{Claim: claim, Op: ledger.OpMarkDeadLettered, Error: emissionErr, Reason: reason})
 }
 
 // ReleaseClaim gives the claim back without counting the attempt (see
 // ledger.ClaimStore). reason is not stored in the entry; it is the reason
 // of the call's history entry.
 func (o *Outbox) ReleaseClaim(ctx context.Context, claim ledger.Claim, reason string) (ledger.OutboxResult, error) {
-	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpReleaseClaim, Reason: reason})
+	return o.completeOne(ctx, &ledger.ClaimCompletion{Claim: claim, Op: ledger.OpReleaseClaim, Reason: reason})
 }
 
 // SaveClaim writes a provider-directed transition under the claim (see
 // ledger.ClaimStore). An entry whose ID is not the claim's is ErrInvalid:
 // the call would otherwise write one entry's fields onto another.
 func (o *Outbox) SaveClaim(ctx context.Context, claim ledger.Claim, entry ledger.OutboxEntry) (ledger.OutboxResult, error) {
-	return o.completeOne(ctx, ledger.ClaimCompletion{Claim: claim, Op: ledger.OpSaveClaim, Entry: entry})
+	return o.completeOne(ctx, &ledger.ClaimCompletion{Claim: claim, Op: ledger.OpSaveClaim, Entry: entry})
 }
 
 // completeOne validates and runs one claim completion, grouped with the
 // calls of other goroutines when it can be (see completeClaim).
-func (o *Outbox) completeOne(ctx context.Context, c ledger.ClaimCompletion) (ledger.OutboxResult, error) {
-	if err := o.s.check(ctx, storekit.ValidateClaimCompletions([]ledger.ClaimCompletion{c})); err != nil {
+func (o *Outbox) completeOne(ctx context.Context, c *ledger.ClaimCompletion) (ledger.OutboxResult, error) {
+	if err := o.s.check(ctx, storekit.ValidateClaimCompletion(c)); err != nil {
 		return ledger.OutboxResult{}, err
 	}
 	return outboxOut(o.completeClaim(ctx, claimCompletionOf(c)))
@@ -377,21 +377,29 @@ func (o *Outbox) completeOne(ctx context.Context, c ledger.ClaimCompletion) (led
 // completion c, which ValidateClaimCompletions accepted, with what its
 // history entry records: the claim's worker as the actor, and for a
 // release the caller's reason, which the entry does not keep.
-func claimCompletionOf(c ledger.ClaimCompletion) entryCompletion {
+//
+// Each step keeps only the parts of c it needs: the closure is on the
+// heap for as long as the call waits for its group, and c, with the
+// entry a SaveClaim carries, is several times the size of any one step's
+// arguments.
+func claimCompletionOf(c *ledger.ClaimCompletion) entryCompletion {
 	claim := c.Claim
 	ec := entryCompletion{h: how{op: c.Op, actor: claim.Worker}, id: claim.EntryID}
 	switch c.Op {
 	case ledger.OpMarkDelivered:
+		result := c.Result
 		ec.op, ec.apply = "mark claim delivered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return storekit.OutboxEntry(e).MarkClaimDelivered(claim, c.Result, now)
+			return storekit.OutboxEntry(e).MarkClaimDelivered(claim, result, now)
 		}
 	case ledger.OpMarkFailed:
+		emitErr, next := c.Error, c.NextRetry
 		ec.op, ec.apply = "mark claim failed", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return storekit.OutboxEntry(e).MarkClaimFailed(claim, c.Error, c.NextRetry, now)
+			return storekit.OutboxEntry(e).MarkClaimFailed(claim, emitErr, next, now)
 		}
 	case ledger.OpMarkDeadLettered:
+		emitErr, reason := c.Error, c.Reason
 		ec.op, ec.apply = "mark claim dead lettered", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return storekit.OutboxEntry(e).MarkClaimDeadLettered(claim, c.Error, c.Reason, now)
+			return storekit.OutboxEntry(e).MarkClaimDeadLettered(claim, emitErr, reason, now)
 		}
 	case ledger.OpReleaseClaim:
 		reason := c.Reason
@@ -400,8 +408,9 @@ func claimCompletionOf(c ledger.ClaimCompletion) entryCompletion {
 			return storekit.OutboxEntry(e).ReleaseClaim(claim, now)
 		}
 	case ledger.OpSaveClaim:
+		saved := c.Entry
 		ec.op, ec.apply = "save claim", func(e ledger.OutboxEntry, now time.Time) (ledger.OutboxEntry, ledger.Outcome) {
-			return storekit.OutboxEntry(e).SaveClaim(claim, c.Entry, now)
+			return storekit.OutboxEntry(e).SaveClaim(claim, saved, now)
 		}
 	}
 	return ec

@@ -29,8 +29,8 @@ func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion
 	results := make([]ledger.OutboxResult, len(cs))
 	var errs []error
 	if s.callerTx {
-		for i, c := range cs {
-			ec := claimCompletionOf(c)
+		for i := range cs {
+			ec := claimCompletionOf(&cs[i])
 			res, err := o.completeClaimAlone(ctx, ec.op, ec.h, ec.id, ec.apply, nil)
 			if err != nil {
 				errs = append(errs, err)
@@ -42,9 +42,9 @@ func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion
 	}
 	ecs := make([]entryCompletion, len(cs))
 	ids := make([]string, len(cs))
-	for i, c := range cs {
-		ecs[i] = claimCompletionOf(c)
-		ids[i] = string(c.Claim.EntryID)
+	for i := range cs {
+		ecs[i] = claimCompletionOf(&cs[i])
+		ids[i] = string(cs[i].Claim.EntryID)
 	}
 	var answers []groupAnswer[entryCompletion, ledger.OutboxResult]
 	switch {

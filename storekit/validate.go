@@ -534,27 +534,32 @@ func ValidateClaimCompletions(cs []ledger.ClaimCompletion) error {
 	if err := ValidateLimit("completions", len(cs)); err != nil {
 		return err
 	}
-	for _, c := range cs {
-		var err error
-		switch c.Op {
-		case ledger.OpMarkDelivered:
-			err = ValidateMarkClaimDelivered(c.Claim, c.Result)
-		case ledger.OpMarkFailed:
-			err = ValidateMarkClaimFailed(c.Claim, c.Error, c.NextRetry)
-		case ledger.OpMarkDeadLettered:
-			err = ValidateMarkClaimDeadLettered(c.Claim, c.Error, c.Reason)
-		case ledger.OpSaveClaim:
-			err = ValidateSaveClaim(c.Claim, c.Entry)
-		case ledger.OpReleaseClaim:
-			err = ValidateReleaseClaim(c.Claim, c.Reason)
-		default:
-			err = invalid("completion op", "must be mark_delivered, mark_failed, mark_dead_lettered, save_claim or release_claim, got %q", c.Op)
-		}
-		if err != nil {
+	for i := range cs {
+		if err := ValidateClaimCompletion(&cs[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ValidateClaimCompletion checks one completion of
+// ledger.ClaimCompleter.CompleteClaims, as the ClaimStore call its Op
+// names checks its arguments.
+func ValidateClaimCompletion(c *ledger.ClaimCompletion) error {
+	switch c.Op {
+	case ledger.OpMarkDelivered:
+		return ValidateMarkClaimDelivered(c.Claim, c.Result)
+	case ledger.OpMarkFailed:
+		return ValidateMarkClaimFailed(c.Claim, c.Error, c.NextRetry)
+	case ledger.OpMarkDeadLettered:
+		return ValidateMarkClaimDeadLettered(c.Claim, c.Error, c.Reason)
+	case ledger.OpSaveClaim:
+		return ValidateSaveClaim(c.Claim, c.Entry)
+	case ledger.OpReleaseClaim:
+		return ValidateReleaseClaim(c.Claim, c.Reason)
+	default:
+		return invalid("completion op", "must be mark_delivered, mark_failed, mark_dead_lettered, save_claim or release_claim, got %q", c.Op)
+	}
 }
 
 // ValidateMarkClaimDelivered checks the arguments of ledger.ClaimStore.MarkClaimDelivered.
