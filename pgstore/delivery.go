@@ -118,8 +118,7 @@ func (s *Store) leaseTrip(ctx context.Context, filter ledger.LeaseFilter, owner 
 	var out []ledger.LeasedDelivery
 	var pos []tuplePos
 	err := s.trip(ctx, "lease", []tripStatement{
-		{sql: grantPrelude},
-		{sql: s.q.advisoryXL, args: []any{agentLockKey(s.cfg.schema, owner.Agent)}},
+		{sql: leasePrelude, args: []any{agentLockKey(s.cfg.schema, owner.Agent)}},
 		{sql: s.q.reclaimable, args: []any{"", sweepBatchSize, owner.Agent, owner.Incarnation}, scan: func(pgx.Rows) error {
 			others++
 			return nil
@@ -148,11 +147,12 @@ func (s *Store) leaseTx(ctx context.Context, filter ledger.LeaseFilter, owner le
 		// holds as if the calls ran one after the other. The lock is
 		// transaction-scoped (nothing outlives the call, PgBouncer-safe)
 		// and taken before any row lock, so it cannot join a deadlock.
-		b := &pgx.Batch{}
+		lock := s.q.advisoryXL
 		if !s.callerTx {
-			b.Queue(grantPrelude)
+			lock = leasePrelude
 		}
-		b.Queue(s.q.advisoryXL, agentLockKey(s.cfg.schema, owner.Agent))
+		b := &pgx.Batch{}
+		b.Queue(lock, agentLockKey(s.cfg.schema, owner.Agent))
 		if _, err := execBatch(ctx, tx, b); err != nil {
 			return false, err
 		}

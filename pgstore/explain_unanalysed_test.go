@@ -38,8 +38,8 @@ import (
 // table by a sequential scan.
 
 // statementLog records the SQL text of every statement a pool sends,
-// alone or in a batch, while it is on, with the prelude (grantPrelude or
-// rangePrelude) its transaction ran before it: the settings it is
+// alone or in a batch, while it is on, with the prelude (grantPrelude,
+// leasePrelude or rangePrelude) its transaction ran before it: the settings it is
 // planned under.
 type statementLog struct {
 	mu      sync.Mutex
@@ -55,6 +55,10 @@ func (l *statementLog) add(conn *pgx.Conn, sql string) {
 	switch {
 	case sql == grantPrelude || sql == rangePrelude:
 		l.prelude[conn] = sql
+	case sql == leasePrelude:
+		// The lease's lock beside grantPrelude's settings: the
+		// settings are what its statements are planned under.
+		l.prelude[conn] = grantPrelude
 	case word == "BEGIN" || word == "COMMIT" || word == "ROLLBACK":
 		// A savepoint's rollback undoes the settings too.
 		delete(l.prelude, conn)
