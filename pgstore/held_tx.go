@@ -48,10 +48,11 @@ const positionBit = uint64(1) << 62
 // ID too, or through the primary key, as in bulkTable.statement
 // (unnestIDs). A position names the version the store wrote last; a
 // row that moved on since has another version elsewhere, and the
-// statement leaves it alone as it would at the held version's check. The token is compared with IS NOT DISTINCT FROM,
-// never NULL on either side here, because an equality would let the
-// planner prove the predicate of the partial index of claims (or leases)
-// and read every claim in force to find a group's few.
+// statement leaves it alone as it would at the held version's check.
+// The token is compared with IS NOT DISTINCT FROM, never NULL on either
+// side here, because an equality would let the planner prove the
+// predicate of the partial index of claims (or leases) and read every
+// claim in force to find a group's few.
 func (t *bulkTable) heldStatement(mask uint64, tail *heldTail) arrayStatement {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -346,10 +347,9 @@ func (s *Store) runHeldEntries(ctx context.Context, cs []entryCompletion) []held
 // was written, or a row that moved on (its held copy stale), the call is
 // left to the ordinary path; with an error whose outcome is unknown, the
 // call's row is read (verdict, settle.go): a row that is what the write
-// made gets applied(i, an unknown position),
-// a row still at the held version is left to the ordinary path, and
-// anything else gets the error. Every call but the applied ones drops its
-// record's held copy.
+// made gets applied(i, an unknown position), a row still at the held
+// version is left to the ordinary path, and anything else gets the
+// error. Every call but the applied ones drops its record's held copy.
 //
 // tried(i) is called for every call left to the ordinary path after an
 // error taken for "nothing committed", so that the ordinary path knows
