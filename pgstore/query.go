@@ -149,6 +149,7 @@ const outboxGrantSet = `
 // the primary key, which a grant of 100 spent 400 buffer hits on. The
 // position is that of the version the pick locked, which no one else can
 // change before the statement ends.
+//
 // When the pick had to lock a version newer than the statement's
 // snapshot (another transaction changed the row after the snapshot,
 // before the lock, and it still qualified), the UPDATE, which reads by

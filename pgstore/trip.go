@@ -286,9 +286,9 @@ const grantPrelude = "SELECT pg_catalog.set_config('enable_seqscan', 'off', true
 // leasePrelude is grantPrelude and the lease's lock of its agent ($1, as
 // advisoryXL takes it) in one statement, so that a lease's one round trip
 // sends three statements rather than four: at a steady rate, where a lease
-// grants one or two deliveries, each statement is a noticeable part of
-// what a delivery costs the server.
-const leasePrelude = "SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true), pg_catalog.pg_advisory_xact_lock($1)"
+// grants a few deliveries, each statement is a noticeable part of what a
+// delivery costs the server.
+const leasePrelude = grantPrelude + ", pg_catalog.pg_advisory_xact_lock($1)"
 
 // rangePrelude keeps the statements that read a range of rows on their
 // indexes: the sweeps, purges and redrives by filter, one transaction per
