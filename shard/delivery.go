@@ -153,35 +153,9 @@ func (l *Ledger) EnqueueBatch(ctx context.Context, reqs []ledger.EnqueueRequest,
 	if err := storekit.ValidateEnqueueBatch(reqs, now, math.MaxInt); err != nil {
 		return nil, err
 	}
-	groups := map[int][]int{}
-	for k, i := range dest {
-		groups[i] = append(groups[i], k)
-	}
-	idx := make([]int, 0, len(groups))
-	for i := range groups {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	out := make([]ledger.DeliveryResult, len(reqs))
-	errs := fanOut(ctx, idx, func(ctx context.Context, _, i int) error {
-		ks := groups[i]
-		part := make([]ledger.EnqueueRequest, len(ks))
-		for n, k := range ks {
-			part[n] = reqs[k]
-		}
-		res, err := enqueueOn(ctx, st.shards[i], part, now)
-		if err != nil {
-			return err
-		}
-		for n, k := range ks {
-			out[k] = res[n]
-		}
-		return nil
+	return scatter(ctx, dest, reqs, func(ctx context.Context, i int, part []ledger.EnqueueRequest) ([]ledger.DeliveryResult, error) {
+		return enqueueOn(ctx, st.shards[i], part, now)
 	})
-	if err := all(errs); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // oneShard reports whether every request of a batch goes to one shard,
@@ -347,29 +321,15 @@ func (l *Ledger) History(ctx context.Context, id ledger.DeliveryID) ([]ledger.Tr
 // batches may), so a sweeper retries it on its next run.
 func (l *Ledger) Expire(ctx context.Context, now time.Time) (ledger.SweepResult, error) {
 	st := l.state.Load()
-	parts := make([]ledger.SweepResult, len(st.shards))
-	errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
-		var err error
-		parts[pos], err = st.shards[i].Expire(ctx, now)
-		return err
+	parts, errs := gather(ctx, st.every(), func(ctx context.Context, i int) (ledger.SweepResult, error) {
+		return st.shards[i].Expire(ctx, now)
 	})
 	var out ledger.SweepResult
 	for _, p := range parts {
 		out.Changed = append(out.Changed, p.Changed...)
 	}
 	slices.Sort(out.Changed)
-	return out, sweepErr(errs)
-}
-
-// sweepErr returns a validation error alone, else every shard's error
-// joined, nil when none failed.
-func sweepErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil && isCallerError(err) {
-			return unwrapShard(err)
-		}
-	}
-	return errors.Join(errs...)
+	return out, all(errs)
 }
 
 // ExpireCeremony ends the ceremony's open work on every shard: a
@@ -379,18 +339,15 @@ func (l *Ledger) ExpireCeremony(ctx context.Context, ceremony ledger.CeremonyID,
 		return ledger.SweepResult{}, err
 	}
 	st := l.state.Load()
-	parts := make([]ledger.SweepResult, len(st.shards))
-	errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
-		var err error
-		parts[pos], err = st.shards[i].ExpireCeremony(ctx, ceremony, cause, now)
-		return err
+	parts, errs := gather(ctx, st.every(), func(ctx context.Context, i int) (ledger.SweepResult, error) {
+		return st.shards[i].ExpireCeremony(ctx, ceremony, cause, now)
 	})
 	var out ledger.SweepResult
 	for _, p := range parts {
 		out.Changed = append(out.Changed, p.Changed...)
 	}
 	slices.Sort(out.Changed)
-	return out, sweepErr(errs)
+	return out, all(errs)
 }
 
 // Supersede runs on the shards that hold the previous target's open
@@ -408,11 +365,8 @@ func (l *Ledger) Supersede(ctx context.Context, previous, replacement ledger.Tar
 	if err != nil {
 		return ledger.SupersedeResult{}, err
 	}
-	parts := make([]ledger.SupersedeResult, len(idx))
-	errs := fanOut(ctx, idx, func(ctx context.Context, pos, i int) error {
-		var err error
-		parts[pos], err = st.shards[i].Supersede(ctx, previous, replacement, mode, now)
-		return err
+	parts, errs := gather(ctx, idx, func(ctx context.Context, i int) (ledger.SupersedeResult, error) {
+		return st.shards[i].Supersede(ctx, previous, replacement, mode, now)
 	})
 	if err := all(errs); err != nil {
 		return ledger.SupersedeResult{}, err

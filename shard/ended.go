@@ -19,15 +19,12 @@ func (l *Ledger) ListEnded(ctx context.Context, q ledger.EndedQuery) ([]ledger.D
 		return nil, err
 	}
 	st := l.state.Load()
-	parts := make([][]ledger.DeliveryEnd, len(st.shards))
-	errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
-		e, ok := st.shards[i].(ledger.EndedLister)
-		if !ok {
-			return &ledger.InvalidError{Field: "ledger", Reason: "a shard does not list ended deliveries"}
+	parts, errs := gather(ctx, st.every(), func(ctx context.Context, i int) ([]ledger.DeliveryEnd, error) {
+		e, err := capability[ledger.EndedLister](st.shards[i], "ledger", "list ended deliveries")
+		if err != nil {
+			return nil, err
 		}
-		var err error
-		parts[pos], err = e.ListEnded(ctx, q)
-		return err
+		return e.ListEnded(ctx, q)
 	})
 	if err := all(errs); err != nil {
 		return nil, err
@@ -54,15 +51,12 @@ func (o *Outbox) ListEndedEntries(ctx context.Context, q ledger.EndedQuery) ([]l
 	if err := storekit.ValidateEnded(q); err != nil {
 		return nil, err
 	}
-	parts := make([][]ledger.EntryEnd, len(o.shards))
-	errs := fanOut(ctx, o.every(), func(ctx context.Context, pos, i int) error {
-		e, ok := o.shards[i].(ledger.OutboxEndedLister)
-		if !ok {
-			return &ledger.InvalidError{Field: "outbox", Reason: "a shard does not list ended entries"}
+	parts, errs := gather(ctx, o.every(), func(ctx context.Context, i int) ([]ledger.EntryEnd, error) {
+		e, err := capability[ledger.OutboxEndedLister](o.shards[i], "outbox", "list ended entries")
+		if err != nil {
+			return nil, err
 		}
-		var err error
-		parts[pos], err = e.ListEndedEntries(ctx, q)
-		return err
+		return e.ListEndedEntries(ctx, q)
 	})
 	if err := all(errs); err != nil {
 		return nil, err

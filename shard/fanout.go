@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
+
+	"github.com/leaseledger/ledger"
 )
 
 // ShardError is a failure of one shard inside a call that spans several.
@@ -55,6 +59,61 @@ func fanOut(ctx context.Context, idx []int, f func(ctx context.Context, pos, sha
 	return errs
 }
 
+// gather asks each shard of idx for its part (fanOut) and returns the
+// parts and the errors, both by position in idx.
+func gather[R any](ctx context.Context, idx []int, ask func(ctx context.Context, shard int) (R, error)) ([]R, []error) {
+	parts := make([]R, len(idx))
+	errs := fanOut(ctx, idx, func(ctx context.Context, pos, i int) error {
+		var err error
+		parts[pos], err = ask(ctx, i)
+		return err
+	})
+	return parts, errs
+}
+
+// scatter writes a batch over several shards: reqs[k] goes to the shard
+// dest[k], each shard's part in one call of write, in the batch's order,
+// the shards concurrently (fanOut). The answers come back in the batch's
+// order. It needs every shard: one that fails fails the call (all),
+// though the others' parts were written.
+func scatter[Req, Res any](ctx context.Context, dest []int, reqs []Req, write func(ctx context.Context, shard int, part []Req) ([]Res, error)) ([]Res, error) {
+	groups := map[int][]int{} // shard: positions in reqs
+	for k, i := range dest {
+		groups[i] = append(groups[i], k)
+	}
+	out := make([]Res, len(reqs))
+	errs := fanOut(ctx, slices.Sorted(maps.Keys(groups)), func(ctx context.Context, _, i int) error {
+		ks := groups[i]
+		part := make([]Req, len(ks))
+		for n, k := range ks {
+			part[n] = reqs[k]
+		}
+		res, err := write(ctx, i, part)
+		if err != nil {
+			return err
+		}
+		for n, k := range ks {
+			out[k] = res[n]
+		}
+		return nil
+	})
+	if err := all(errs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// capability returns the shard s as the optional interface T, or
+// ErrInvalid (on field) saying that a shard does not do what, for a
+// call that needs every shard to.
+func capability[T any](s any, field, what string) (T, error) {
+	t, ok := s.(T)
+	if !ok {
+		return t, &ledger.InvalidError{Field: field, Reason: "a shard does not " + what}
+	}
+	return t, nil
+}
+
 // wrapShard names the shard in a store's failure; the caller's own
 // mistakes (ErrInvalid) stay as the store returned them.
 func wrapShard(i int, err error) error {
@@ -101,7 +160,9 @@ func partial(errs []error, report ErrorFunc) error {
 }
 
 // all returns the first error of a call that needs every shard (a
-// merged list, stats): its answer would be wrong without any one of them.
+// merged list, stats): its answer would be wrong without any one of
+// them. A sweep returns it beside what the other shards changed: a
+// validation error alone, else every shard's error joined.
 func all(errs []error) error {
 	for _, err := range errs {
 		if err != nil && isCallerError(err) {

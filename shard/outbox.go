@@ -219,35 +219,9 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, envs []ledger.Envelope) ([]le
 	if err := storekit.ValidateEnvelopeBatch(envs, math.MaxInt); err != nil {
 		return nil, err
 	}
-	groups := map[int][]int{}
-	for k, i := range dest {
-		groups[i] = append(groups[i], k)
-	}
-	idx := make([]int, 0, len(groups))
-	for i := range groups {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	out := make([]ledger.OutboxResult, len(envs))
-	errs := fanOut(ctx, idx, func(ctx context.Context, _, i int) error {
-		ks := groups[i]
-		part := make([]ledger.Envelope, len(ks))
-		for n, k := range ks {
-			part[n] = envs[k]
-		}
-		res, err := entriesOn(ctx, o.shards[i], part)
-		if err != nil {
-			return err
-		}
-		for n, k := range ks {
-			out[k] = res[n]
-		}
-		return nil
+	return scatter(ctx, dest, envs, func(ctx context.Context, i int, part []ledger.Envelope) ([]ledger.OutboxResult, error) {
+		return entriesOn(ctx, o.shards[i], part)
 	})
-	if err := all(errs); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // entriesOn writes envs on the shard s: in one call when it is a
@@ -308,11 +282,8 @@ func (o *Outbox) find(ctx context.Context, limit int, f func(context.Context, le
 	if err := storekit.ValidateLimit("limit", limit); err != nil {
 		return nil, err
 	}
-	parts := make([][]ledger.OutboxEntry, len(o.shards))
-	errs := fanOut(ctx, o.every(), func(ctx context.Context, pos, i int) error {
-		var err error
-		parts[pos], err = f(ctx, o.shards[i])
-		return err
+	parts, errs := gather(ctx, o.every(), func(ctx context.Context, i int) ([]ledger.OutboxEntry, error) {
+		return f(ctx, o.shards[i])
 	})
 	if err := all(errs); err != nil {
 		return nil, err
@@ -564,46 +535,23 @@ func (o *Outbox) CompleteClaims(ctx context.Context, cs []ledger.ClaimCompletion
 	if err := storekit.ValidateClaimCompletions(cs); err != nil {
 		return nil, err
 	}
-	groups := map[int][]int{}
-	part := make([]ledger.ClaimCompletion, len(cs))
+	dest := make([]int, len(cs))
+	inner := make([]ledger.ClaimCompletion, len(cs)) // each under its shard's claim
 	for k, c := range cs {
 		i, claim, err := o.byClaim(ctx, c.Claim)
 		if err != nil {
 			return nil, err
 		}
-		part[k] = c
-		part[k].Claim = claim
-		groups[i] = append(groups[i], k)
+		dest[k], inner[k] = i, c
+		inner[k].Claim = claim
 	}
-	idx := make([]int, 0, len(groups))
-	for i := range groups {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	out := make([]ledger.OutboxResult, len(cs))
-	errs := fanOut(ctx, idx, func(ctx context.Context, _, i int) error {
-		ks := groups[i]
-		mine := make([]ledger.ClaimCompletion, len(ks))
-		for n, k := range ks {
-			mine[n] = part[k]
-		}
-		cc, ok := o.shards[i].(ledger.ClaimCompleter)
-		if !ok {
-			return &ledger.InvalidError{Field: "outbox", Reason: "a shard does not complete claims in batches"}
-		}
-		res, err := cc.CompleteClaims(ctx, mine)
+	return scatter(ctx, dest, inner, func(ctx context.Context, i int, part []ledger.ClaimCompletion) ([]ledger.OutboxResult, error) {
+		cc, err := capability[ledger.ClaimCompleter](o.shards[i], "outbox", "complete claims in batches")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for n, k := range ks {
-			out[k] = res[n]
-		}
-		return nil
+		return cc.CompleteClaims(ctx, part)
 	})
-	if err := all(errs); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // EntryHistory finds the entry's shard and reads from it.
@@ -627,15 +575,12 @@ func (o *Outbox) OutboxStats(ctx context.Context, now time.Time) (ledger.OutboxS
 	if err := storekit.ValidateOutboxStats(now); err != nil {
 		return ledger.OutboxStats{}, err
 	}
-	parts := make([]ledger.OutboxStats, len(o.shards))
-	errs := fanOut(ctx, o.every(), func(ctx context.Context, pos, i int) error {
-		r, ok := o.shards[i].(ledger.OutboxStatsReporter)
-		if !ok {
-			return &ledger.InvalidError{Field: "outbox", Reason: "a shard does not report statistics"}
+	parts, errs := gather(ctx, o.every(), func(ctx context.Context, i int) (ledger.OutboxStats, error) {
+		r, err := capability[ledger.OutboxStatsReporter](o.shards[i], "outbox", "report statistics")
+		if err != nil {
+			return ledger.OutboxStats{}, err
 		}
-		var err error
-		parts[pos], err = r.OutboxStats(ctx, now)
-		return err
+		return r.OutboxStats(ctx, now)
 	})
 	if err := all(errs); err != nil {
 		return ledger.OutboxStats{}, err
@@ -689,15 +634,12 @@ func (o *Outbox) ListEntries(ctx context.Context, q ledger.OutboxListQuery) (led
 	if _, err := storekit.ValidateOutboxList(q); err != nil {
 		return ledger.OutboxPage{}, err
 	}
-	pages := make([]ledger.OutboxPage, len(o.shards))
-	errs := fanOut(ctx, o.every(), func(ctx context.Context, pos, i int) error {
-		l, ok := o.shards[i].(ledger.OutboxLister)
-		if !ok {
-			return &ledger.InvalidError{Field: "outbox", Reason: "a shard does not list entries"}
+	pages, errs := gather(ctx, o.every(), func(ctx context.Context, i int) (ledger.OutboxPage, error) {
+		l, err := capability[ledger.OutboxLister](o.shards[i], "outbox", "list entries")
+		if err != nil {
+			return ledger.OutboxPage{}, err
 		}
-		var err error
-		pages[pos], err = l.ListEntries(ctx, q)
-		return err
+		return l.ListEntries(ctx, q)
 	})
 	if err := all(errs); err != nil {
 		return ledger.OutboxPage{}, err

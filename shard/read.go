@@ -24,11 +24,8 @@ func (l *Ledger) List(ctx context.Context, q ledger.ListQuery) (ledger.Page, err
 		return ledger.Page{}, err
 	}
 	st := l.state.Load()
-	pages := make([]ledger.Page, len(st.shards))
-	errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
-		var err error
-		pages[pos], err = st.shards[i].List(ctx, q)
-		return err
+	pages, errs := gather(ctx, st.every(), func(ctx context.Context, i int) (ledger.Page, error) {
+		return st.shards[i].List(ctx, q)
 	})
 	if err := all(errs); err != nil {
 		return ledger.Page{}, err
@@ -75,15 +72,12 @@ func (l *Ledger) Stats(ctx context.Context, filter ledger.StatsFilter, now time.
 		return ledger.DeliveryStats{}, err
 	}
 	st := l.state.Load()
-	parts := make([]ledger.DeliveryStats, len(st.shards))
-	errs := fanOut(ctx, st.every(), func(ctx context.Context, pos, i int) error {
-		r, ok := st.shards[i].(ledger.StatsReporter)
-		if !ok {
-			return &ledger.InvalidError{Field: "ledger", Reason: "a shard does not report statistics"}
+	parts, errs := gather(ctx, st.every(), func(ctx context.Context, i int) (ledger.DeliveryStats, error) {
+		r, err := capability[ledger.StatsReporter](st.shards[i], "ledger", "report statistics")
+		if err != nil {
+			return ledger.DeliveryStats{}, err
 		}
-		var err error
-		parts[pos], err = r.Stats(ctx, filter, now)
-		return err
+		return r.Stats(ctx, filter, now)
 	})
 	if err := all(errs); err != nil {
 		return ledger.DeliveryStats{}, err
