@@ -116,8 +116,9 @@ func TestCitusConformance(t *testing.T) {
 }
 
 // TestCitusMigration checks what Migrate made on Citus: the Citus form
-// of 0002 (enqueue_seq a sequence default, not an identity column), and
-// a second Migrate that finds nothing to do.
+// of 0002 (enqueue_seq a sequence default, not an identity column), that
+// of 0014 (on the shards too, where ANALYZE samples the rows), and a
+// second Migrate that finds nothing to do.
 func TestCitusMigration(t *testing.T) {
 	s, pool := newCitusStore(t)
 	ctx := t.Context()
@@ -131,6 +132,24 @@ func TestCitusMigration(t *testing.T) {
 	assert.Empty(t, identity)
 	assert.Contains(t, def, "nextval(")
 	assert.Contains(t, def, "outbox_entries_enqueue_seq")
+	for _, table := range []string{"deliveries", "outbox_entries"} {
+		rows, err := pool.Query(ctx, `SELECT success, result FROM pg_catalog.run_command_on_placements($1,
+			$$SELECT string_agg(attname || ' ' || attstattarget, ', ' ORDER BY attname) FROM pg_catalog.pg_attribute
+			WHERE attrelid = '%s'::regclass AND attname IN ('history', 'payload', 'metadata')$$)`,
+			pgx.Identifier{s.cfg.schema, table}.Sanitize())
+		require.NoError(t, err)
+		placements := 0
+		for rows.Next() {
+			var ok bool
+			var result string
+			require.NoError(t, rows.Scan(&ok, &result))
+			require.True(t, ok, result)
+			assert.Equal(t, "history 0, metadata 0, payload 0", result, table)
+			placements++
+		}
+		require.NoError(t, rows.Err())
+		assert.Positive(t, placements, table)
+	}
 	require.NoError(t, s.Migrate(ctx))
 }
 
@@ -257,8 +276,8 @@ func TestCitusForms(t *testing.T) {
 	require.NoError(t, err)
 	forms, err := citusForms(ms)
 	require.NoError(t, err)
-	assert.Len(t, forms, 2)
-	for _, v := range []int{2, 5} {
+	assert.Len(t, forms, 3)
+	for _, v := range []int{2, 5, 14} {
 		assert.Contains(t, forms, v)
 	}
 	for _, f := range forms {
