@@ -374,7 +374,7 @@ func (o *Outbox) completeOne(ctx context.Context, c *ledger.ClaimCompletion) (le
 }
 
 // claimCompletionOf returns the state machine step of the claim
-// completion c, which ValidateClaimCompletions accepted, with what its
+// completion c, which ValidateClaimCompletion accepted, with what its
 // history entry records: the claim's worker as the actor, and for a
 // release the caller's reason, which the entry does not keep.
 //

@@ -544,8 +544,12 @@ func ValidateClaimCompletions(cs []ledger.ClaimCompletion) error {
 
 // ValidateClaimCompletion checks one completion of
 // ledger.ClaimCompleter.CompleteClaims, as the ClaimStore call its Op
-// names checks its arguments.
+// names checks its arguments. It takes a pointer so that a store checks
+// a completion where it is, without copying it; nil is invalid.
 func ValidateClaimCompletion(c *ledger.ClaimCompletion) error {
+	if c == nil {
+		return invalid("completion", "must not be nil")
+	}
 	switch c.Op {
 	case ledger.OpMarkDelivered:
 		return ValidateMarkClaimDelivered(c.Claim, c.Result)

@@ -143,3 +143,12 @@ func TestValidateNameASCIIShortcut(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateClaimCompletion(t *testing.T) {
+	assert.ErrorIs(t, ValidateClaimCompletion(nil), ledger.ErrInvalid)
+	assert.ErrorIs(t, ValidateClaimCompletion(&ledger.ClaimCompletion{Op: "bogus"}), ledger.ErrInvalid)
+	// A completion with no claim is refused as the call its Op names refuses it.
+	c := &ledger.ClaimCompletion{Op: ledger.OpReleaseClaim, Reason: "shutting down"}
+	assert.Equal(t, ValidateReleaseClaim(c.Claim, c.Reason), ValidateClaimCompletion(c))
+	assert.Error(t, ValidateClaimCompletion(c))
+}
